@@ -1,0 +1,88 @@
+// Tokenizer: byte-level BPE (GPT-2, Llama-3, Qwen2, SmolLM) and SentencePiece-style BPE with byte
+// fallback (Llama-2, Mistral), with added/special tokens. Built from a tokenizer.json or from a
+// normalized TokenizerSpec (which the GGUF loader fills from metadata).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace graft::text {
+
+enum class TokenizerKind {
+  ByteLevelBPE,     // bytes mapped to printable unicode (GPT-2 table), regex pre-tokenizer
+  SentencePieceBPE  // "▁" for spaces, merges (or scores) ranked, <0xXX> byte fallback
+};
+
+// Which regex pre-tokenizer a byte-level BPE uses.
+enum class PreTokenizer { Gpt2, Llama3, Qwen2, SmolLM, None };
+
+struct AddedToken {
+  int32_t id;
+  std::string content;
+  bool special = true;  // special tokens are matched in text only when parse_special is set
+  bool lstrip = false, rstrip = false;
+};
+
+struct TokenizerSpec {
+  TokenizerKind kind = TokenizerKind::ByteLevelBPE;
+  PreTokenizer pre = PreTokenizer::Gpt2;
+  std::vector<std::string> vocab;  // id -> token text as stored (byte-level encoded or with "▁")
+  // Merges in rank order as "left right" pairs. For SentencePiece GGUFs without merges, leave
+  // empty and give scores: the merge rank of a pair is then derived from the merged token's score.
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<float> scores;
+  std::vector<AddedToken> added;
+  std::optional<int32_t> bos_id, eos_id, unk_id, pad_id;
+  bool add_bos = false;          // prepend BOS when encoding a prompt
+  bool add_space_prefix = true;  // SentencePiece: prepend "▁" to the text (Llama-2 behaviour)
+};
+
+class Tokenizer {
+ public:
+  static Tokenizer from_spec(TokenizerSpec spec);
+  // Reads tokenizer.json (and, if given, tokenizer_config.json for bos/eos/add_bos_token).
+  static Tokenizer from_files(const std::string& tokenizer_json,
+                              const std::string& tokenizer_config_json = "");
+
+  // Encodes text. With parse_special, special added tokens in the text become their ids.
+  // add_bos follows the spec (true for Llama-2/3 style models) unless overridden.
+  std::vector<int32_t> encode(std::string_view text, bool parse_special = true,
+                              std::optional<bool> add_bos = std::nullopt) const;
+  // The raw bytes of one token (byte-level / ▁ / <0xXX> decoded); special tokens give their text.
+  std::string token_bytes(int32_t id) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  int32_t vocab_size() const;
+  std::optional<int32_t> bos_id() const;
+  std::optional<int32_t> eos_id() const;
+  std::optional<int32_t> token_id(std::string_view token) const;  // exact vocab/added lookup
+  const std::string& token_text(int32_t id) const;                 // as stored in the vocab
+  bool is_special(int32_t id) const;
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+ private:
+  Tokenizer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Streaming decoder: feed ids one at a time; returns only complete UTF-8 characters, holding back
+// an incomplete tail until the next token completes it (flush() returns what is left).
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
+  std::string push(int32_t id);
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  std::string pending_;
+};
+
+}  // namespace graft::text
