@@ -1,1 +1,35 @@
-int main(){return 0;}
+// graft: command-line entry point. Library errors (graft::Error) become one message on stderr and
+// exit code 1; nothing aborts.
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "cli/commands.h"
+#include "graft/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"graft: a CPU inference engine for Llama-family models with LoRA-family adapters done right"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "graft 0.1.0");
+  std::map<CLI::App*, graft::cli::Runner> runners;
+  auto* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it to stdout");
+  runners[gen] = graft::cli::add_generate_command(*gen);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto* sub : app.get_subcommands())
+      if (runners.count(sub)) return runners[sub]();
+  } catch (const graft::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

@@ -17,6 +17,9 @@ enum class TokenizerKind {
 };
 
 // Which regex pre-tokenizer a byte-level BPE uses.
+// Gpt2: the GPT-2 regex. Llama3: the Llama-3 regex (digits in groups of 3). Qwen2: the Llama-3
+// regex with single digits. SmolLM: each digit split off first, then the GPT-2 regex (HF
+// Sequence[Digits(individual_digits), ByteLevel(use_regex)], llama.cpp "smollm"). None: no split.
 enum class PreTokenizer { Gpt2, Llama3, Qwen2, SmolLM, None };
 
 struct AddedToken {
@@ -38,6 +41,10 @@ struct TokenizerSpec {
   std::optional<int32_t> bos_id, eos_id, unk_id, pad_id;
   bool add_bos = false;          // prepend BOS when encoding a prompt
   bool add_space_prefix = true;  // SentencePiece: prepend "▁" to the text (Llama-2 behaviour)
+  bool add_eos = false;          // append EOS when encoding (rare; follows the add_bos override)
+  // Byte-level BPE: a word that is itself a vocab entry is emitted whole, without merging (HF
+  // `ignore_merges`). Always on for PreTokenizer::Llama3, as in llama.cpp.
+  bool ignore_merges = false;
 };
 
 class Tokenizer {
@@ -53,7 +60,11 @@ class Tokenizer {
                               std::optional<bool> add_bos = std::nullopt) const;
   // The raw bytes of one token (byte-level / ▁ / <0xXX> decoded); special tokens give their text.
   std::string token_bytes(int32_t id) const;
+  // Decodes as HF `tokenizers` does (decoder chain of the tokenizer.json; for SentencePiece the
+  // space added before the first word is removed). Special tokens decode to their text unless
+  // skip_special. Throws graft::Error for an id outside [0, vocab_size()).
   std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special) const;
 
   int32_t vocab_size() const;
   std::optional<int32_t> bos_id() const;

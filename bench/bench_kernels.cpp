@@ -1,0 +1,201 @@
+// Kernel benchmarks: memory bandwidth, matmul decode/prefill for the SmolLM2-135M shapes, thread
+// pool dispatch and the small vector ops.
+//
+//   build-rt/graft_bench --benchmark_filter='StreamRead|MatmulDecode'
+//
+// Decode numbers are "cold": each iteration uses the next of several weight copies that together
+// exceed the last-level cache, so weights stream from DRAM as in a real token step (the model's
+// ~270 MB of BF16 weights never fit in cache). Compare their GB/s with BM_StreamRead.
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "graft/runtime/kernels.h"
+#include "graft/runtime/ops.h"
+
+namespace {
+
+using graft::DType;
+using graft::Tensor;
+using graft::runtime::ThreadPool;
+
+int hw_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+// ---- streaming read ---------------------------------------------------------------------------
+
+__attribute__((target("avx512f"))) uint64_t read_avx512(const float* p, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i < n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return static_cast<uint64_t>(_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))));
+}
+
+uint64_t read_avx2(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i < n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return static_cast<uint64_t>(out[0] + out[7]);
+}
+
+struct AlignedFloats {
+  float* p = nullptr;
+  explicit AlignedFloats(size_t n) {
+    p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+    std::memset(p, 0, n * sizeof(float));  // touch every page before timing
+  }
+  ~AlignedFloats() { std::free(p); }
+};
+
+// Sequential read of a 1 GiB buffer split across the pool's threads.
+void BM_StreamRead(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t n = (int64_t{1} << 30) / 4;
+  AlignedFloats buf(static_cast<size_t>(n));
+  ThreadPool pool(threads);
+  const bool wide = __builtin_cpu_supports("avx512f");
+  state.SetLabel(wide ? "avx512" : "avx2");
+  for (auto _ : state) {
+    pool.parallel_for(threads, [&](int64_t b, int64_t e) {
+      const int64_t lo = n * b / threads, hi = n * e / threads;  // multiples of 64 floats
+      benchmark::DoNotOptimize(wide ? read_avx512(buf.p + lo, hi - lo) : read_avx2(buf.p + lo, hi - lo));
+    });
+  }
+  state.SetBytesProcessed(state.iterations() * n * 4);
+}
+BENCHMARK(BM_StreamRead)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- matmul -----------------------------------------------------------------------------------
+
+Tensor random_weights(DType dt, int64_t n, int64_t k, uint32_t seed) {
+  std::vector<float> f(static_cast<size_t>(n * k));
+  uint32_t s = seed * 2654435761u + 1;
+  for (float& v : f) {
+    s = s * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(s >> 8) % 2001) * 1e-3f;
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(graft::dtype_bytes(dt, n * k)));
+  graft::convert_from_f32(f.data(), dt, bytes.data(), n * k);
+  return Tensor::owned(dt, {n, k}, std::move(bytes));
+}
+
+void set_counters(benchmark::State& state, int64_t m, int64_t n, int64_t k, int64_t wbytes) {
+  const double it = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(it * static_cast<double>(wbytes) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(it * 2.0 * m * n * k / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(graft::runtime::matmul_isa());
+}
+
+void BM_MatmulDecode(benchmark::State& state, DType dt, int64_t n, int64_t k, bool cold) {
+  const int64_t wbytes = graft::dtype_bytes(dt, n * k);
+  // Enough copies to overflow a 32 MiB L3 (at least 3, ~256 MiB total) when cold.
+  const int64_t copies = cold ? std::max<int64_t>(3, (256ll << 20) / wbytes) : 1;
+  std::vector<Tensor> ws;
+  for (int64_t c = 0; c < copies; ++c) ws.push_back(random_weights(dt, n, k, static_cast<uint32_t>(c)));
+  std::vector<float> x(static_cast<size_t>(k), 0.5f), y(static_cast<size_t>(n));
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  size_t at = 0;
+  for (auto _ : state) {
+    graft::runtime::matmul(pool, x.data(), 1, k, ws[at], y.data());
+    benchmark::DoNotOptimize(y.data());
+    at = (at + 1) % ws.size();
+  }
+  set_counters(state, 1, n, k, wbytes);
+}
+
+void BM_MatmulPrefill(benchmark::State& state, DType dt, int64_t m, int64_t n, int64_t k) {
+  const Tensor w = random_weights(dt, n, k, 1);
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    graft::runtime::matmul(pool, x.data(), m, k, w, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_counters(state, m, n, k, graft::dtype_bytes(dt, n * k));
+}
+
+// SmolLM2-135M projections: q/o 576x576, k/v 192x576, gate/up 1536x576, down 576x1536, lm_head.
+const int64_t kShapes[][2] = {{576, 576}, {192, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
+
+int register_matmul() {
+  const int t = hw_threads();
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    const std::string d(graft::dtype_name(dt));
+    for (const auto& s : kShapes) {
+      const std::string shape = std::to_string(s[0]) + "/" + std::to_string(s[1]);
+      auto* b = benchmark::RegisterBenchmark(("BM_MatmulDecode/" + d + "/" + shape).c_str(),
+                                             BM_MatmulDecode, dt, s[0], s[1], true);
+      b->ArgName("threads")->Arg(1);
+      if (t > 1) b->Arg(t);
+      b->UseRealTime()->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("BM_MatmulDecodeHot/" + d + "/" + shape).c_str(), BM_MatmulDecode,
+                                   dt, s[0], s[1], false)
+          ->ArgName("threads")->Arg(t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+      if (s[0] == 49152 || dt == DType::F16) continue;  // lm_head runs on the last token only
+      for (int64_t m : {16, 128})
+        benchmark::RegisterBenchmark(("BM_MatmulPrefill/" + d + "/" + std::to_string(m) + "/" + shape).c_str(),
+                                     BM_MatmulPrefill, dt, m, s[0], s[1])
+            ->ArgName("threads")->Arg(t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+    }
+  }
+  return 0;
+}
+const int registered = register_matmul();
+
+// ---- thread pool and ops ----------------------------------------------------------------------
+
+void BM_ParallelForOverhead(benchmark::State& state) {
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  int64_t sink = 0;
+  for (auto _ : state) {
+    pool.parallel_for(pool.size(), [&](int64_t b, int64_t) { benchmark::DoNotOptimize(sink += b); });
+  }
+}
+BENCHMARK(BM_ParallelForOverhead)->Arg(1)->Arg(2)->Arg(4)->UseRealTime();
+
+void BM_RmsNorm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> x(static_cast<size_t>(n), 0.3f), w(static_cast<size_t>(n), 1.1f), out(x.size());
+  for (auto _ : state) graft::runtime::rms_norm(x.data(), w.data(), n, 1e-5f, out.data());
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_RmsNorm)->Arg(576);
+
+void BM_SiluMul(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> g(static_cast<size_t>(n), 0.3f), u(g.size(), 1.1f), out(g.size());
+  for (auto _ : state) graft::runtime::silu_mul(g.data(), u.data(), n, out.data());
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_SiluMul)->Arg(1536);
+
+void BM_Softmax(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> x(static_cast<size_t>(n), 0.3f);
+  for (auto _ : state) {
+    graft::runtime::softmax(x.data(), n);
+    benchmark::DoNotOptimize(x.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_Softmax)->Arg(1024);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,55 @@
+// ModelConfig: the hyperparameters of a Llama-family decoder, normalized from config.json or GGUF
+// metadata. Any field that would change the math and that graft does not implement is refused at
+// parse time, naming it and listing what is supported.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace graft::model {
+
+enum class RopeScalingType { None, Linear, Llama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::None;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+struct ModelConfig {
+  std::string model_type;  // llama | mistral | qwen2 | qwen3
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  std::vector<float> rope_freq_divisors;  // GGUF rope_freqs: per-frequency divisors, else empty
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases (qwen2 always; llama when attention_bias: true)
+  bool qk_norm = false;         // per-head RMSNorm on q and k (qwen3)
+  std::optional<int64_t> sliding_window;  // mistral: attend to at most this many past positions
+  std::vector<int32_t> eos_token_ids;      // from config/generation_config (may be several)
+  std::optional<int32_t> bos_token_id;
+
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+};
+
+// Parses a Hugging Face config.json object; `path` names the file in errors.
+ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& path);
+
+// RoPE inverse frequencies (head_dim / 2 of them) after scaling, as transformers computes them.
+std::vector<float> rope_inv_freq(const ModelConfig& c);
+
+}  // namespace graft::model

@@ -1,0 +1,25 @@
+// Compute kernels on the CPU. Activations are F32; weights are F32, F16 or BF16 and are always
+// accumulated in F32. The widest ISA the CPU supports (AVX-512 + AVX512-BF16, else AVX2/FMA) is
+// chosen at run time; results are independent of the thread count.
+#pragma once
+#include <cstdint>
+
+#include "graft/core/tensor.h"
+#include "graft/runtime/thread_pool.h"
+
+namespace graft::runtime {
+
+// y[m, n] = x[m, k] · W[n, k]ᵀ (+ y if accumulate). W is a row-major [n, k] tensor in F32/F16/BF16.
+// m = 1 is decode (matrix-vector, bandwidth-bound); m > 1 is prefill (matrix-matrix, blocked so
+// each weight row is read once per block of activation rows).
+void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
+            bool accumulate = false);
+
+// Plain scalar reference of the same contract (tests compare the fast path against it).
+void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
+                      bool accumulate = false);
+
+// Which kernel family matmul() dispatches to on this CPU: "avx512bf16", "avx512", "avx2".
+const char* matmul_isa();
+
+}  // namespace graft::runtime

@@ -1,0 +1,33 @@
+// Small vector ops of the forward pass, all in F32 on the calling thread (AVX2, x86-64-v3
+// baseline). Each is deterministic: a fixed summation order for a given n. `out` may alias the
+// input it is computed from (in-place use is fine).
+#pragma once
+#include <cstdint>
+
+namespace graft::runtime {
+
+// out = x * rsqrt(mean(x²) + eps) * weight, as transformers' LlamaRMSNorm computes it in F32:
+// (x * r) * w with r = 1 / sqrt(mean + eps).
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
+
+// out = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+// In place: x = exp(x - max) / sum. Entries of -inf become 0; if every entry is -inf the row has
+// no valid position and becomes all 0 (rather than NaN).
+void softmax(float* x, int64_t n);
+
+// x += y.
+void add(float* x, const float* y, int64_t n);
+// y += a * x.
+void axpy(float a, const float* x, float* y, int64_t n);
+// x *= a.
+void scale(float* x, float a, int64_t n);
+// Σ a[i] * b[i] with F32 accumulation.
+float dot(const float* a, const float* b, int64_t n);
+
+// e^x for n values, vectorized (relative error within ~2 ulp of expf; overflow to +inf, underflow
+// through the subnormals to 0, NaN kept). out may alias x.
+void exp_f32(const float* x, float* out, int64_t n);
+
+}  // namespace graft::runtime

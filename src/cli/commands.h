@@ -1,0 +1,12 @@
+// The graft subcommands: each registers its options on the CLI11 app and returns its runner.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace graft::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_generate_command(CLI::App& app);
+
+}  // namespace graft::cli

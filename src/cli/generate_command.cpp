@@ -1,0 +1,126 @@
+// graft generate: load a model, build the prompt (plain or through the model's chat template),
+// stream the continuation to stdout, print speeds to stderr.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "graft/core/error.h"
+#include "graft/model/loader.h"
+#include "graft/runtime/generator.h"
+#include "graft/text/chat_template.h"
+
+namespace graft::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, prompt_file, system;
+  bool chat = false;
+  int64_t max_tokens = 256;
+  int64_t ctx_size = 0;
+  int threads = 0;
+  runtime::SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read prompt file '", path, "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int run_generate(const GenerateArgs& a) {
+  if (a.prompt.empty() == a.prompt_file.empty()) fail("give exactly one of --prompt and --prompt-file");
+  runtime::validate(a.sampling);
+  const std::string user_text = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
+
+  model::LoadedModel m = [&] {
+    ProgressBar bar("loading");
+    model::LoadOptions opts;
+    opts.progress = [&](int64_t d, int64_t t) { bar.update(d, t); };
+    return model::load_model(a.model, opts);
+  }();
+  const text::Tokenizer& tok = m.tokenizer;
+
+  std::vector<int32_t> prompt;
+  if (a.chat) {
+    if (!m.chat_template) fail("model '", a.model, "' has no chat template; drop --chat to use a plain prompt");
+    std::vector<text::ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", user_text});
+    text::ChatTemplateOptions topt;
+    topt.add_generation_prompt = true;
+    if (auto b = tok.bos_id()) topt.bos_token = tok.token_text(*b);
+    if (auto e = tok.eos_id()) topt.eos_token = tok.token_text(*e);
+    const std::string rendered = text::ChatTemplate(*m.chat_template).render(messages, topt);
+    // The template writes any BOS itself, as transformers' apply_chat_template assumes.
+    prompt = tok.encode(rendered, /*parse_special=*/true, /*add_bos=*/false);
+  } else {
+    if (!a.system.empty()) fail("--system needs --chat");
+    prompt = tok.encode(user_text, /*parse_special=*/false);
+  }
+
+  const int64_t ctx = a.ctx_size > 0 ? a.ctx_size : std::min<int64_t>(4096, m.config.max_position_embeddings);
+  runtime::ThreadPool pool(a.threads);
+  runtime::Transformer transformer(m.config, m.weights);
+  runtime::KVCache cache(m.config, ctx);
+  runtime::GenerateOptions g;
+  g.max_tokens = a.max_tokens;
+  g.sampling = a.sampling;
+  g.stop = a.stop;
+  if (!a.ignore_eos) g.eos_ids = m.config.eos_token_ids;
+
+  runtime::GenerateResult r = runtime::generate(pool, transformer, tok, cache, prompt, g, [](std::string_view s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::printf("\n");
+  std::fflush(stdout);
+  const double pp = r.prompt_seconds > 0 ? r.prompt_tokens / r.prompt_seconds : 0;
+  const double tg = r.decode_seconds > 0 ? r.tokens.size() / r.decode_seconds : 0;
+  std::fprintf(stderr, "prompt: %lld tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s | stop: %s | threads: %d\n",
+               static_cast<long long>(r.prompt_tokens), pp, r.tokens.size(), tg, runtime::stop_reason_name(r.reason),
+               pool.size());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_generate_command(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  app.add_option("-m,--model", a->model, "Model: a Hugging Face directory (config.json, *.safetensors, tokenizer.json) or a .gguf file")
+      ->required();
+  app.add_option("-p,--prompt", a->prompt, "Prompt text");
+  app.add_option("-f,--prompt-file", a->prompt_file, "Read the prompt from this file");
+  app.add_flag("--chat", a->chat, "Wrap the prompt as a user message in the model's chat template");
+  app.add_option("--system", a->system, "System message (with --chat)");
+  app.add_option("-n,--max-tokens", a->max_tokens, "Maximum tokens to generate (-1: until EOS or the context is full)")
+      ->capture_default_str();
+  app.add_option("--temp", a->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  app.add_option("--top-k", a->sampling.top_k, "Keep the K most likely tokens (0 = off)")->capture_default_str();
+  app.add_option("--top-p", a->sampling.top_p, "Nucleus sampling: keep tokens up to this cumulative probability (1 = off)")
+      ->capture_default_str();
+  app.add_option("--min-p", a->sampling.min_p, "Drop tokens less likely than min-p x the top token (0 = off)")
+      ->capture_default_str();
+  app.add_option("--repeat-penalty", a->sampling.repeat_penalty, "Penalize tokens seen in the last --repeat-last-n (1 = off)")
+      ->capture_default_str();
+  app.add_option("--repeat-last-n", a->sampling.repeat_last_n, "Window for --repeat-penalty")->capture_default_str();
+  app.add_option("-s,--seed", a->sampling.seed, "Random seed for reproducible sampling")->capture_default_str();
+  app.add_option("--stop", a->stop, "Stop when this string appears (repeatable; not printed)");
+  app.add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
+  app.add_option("-t,--threads", a->threads, "Worker threads (0 = all cores)")->capture_default_str();
+  app.add_option("-c,--ctx-size", a->ctx_size, "Context size in tokens (0 = min(4096, the model's maximum))")
+      ->capture_default_str();
+  app.footer(
+      "Text streams to stdout; prompt and decode speeds go to stderr.\n"
+      "Example: graft generate -m models/SmolLM2-135M-Instruct.Q4_1.gguf --chat -p \"What is LoRA?\" --temp 0");
+  return [a] { return run_generate(*a); };
+}
+
+}  // namespace graft::cli

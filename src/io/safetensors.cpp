@@ -1,0 +1,162 @@
+#include "graft/io/safetensors.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "graft/core/error.h"
+
+namespace graft::io {
+
+using nlohmann::json;
+
+namespace {
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation's limit
+
+struct DTypeName {
+  const char* name;
+  DType dtype;
+};
+constexpr DTypeName kDTypes[] = {{"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
+                                 {"I8", DType::I8},   {"I16", DType::I16}, {"I32", DType::I32},
+                                 {"I64", DType::I64}, {"U8", DType::U8},   {"U32", DType::U32}};
+}  // namespace
+
+DType parse_safetensors_dtype(const std::string& s, const std::string& context) {
+  for (const auto& d : kDTypes)
+    if (s == d.name) return d.dtype;
+  std::string supported;
+  for (const auto& d : kDTypes) supported += std::string(supported.empty() ? "" : ", ") + d.name;
+  fail(context, ": unknown or unsupported dtype '", s, "' (supported: ", supported, ")");
+}
+
+const char* safetensors_dtype_name(DType t) {
+  for (const auto& d : kDTypes)
+    if (d.dtype == t) return d.name;
+  fail("dtype ", dtype_name(t), " cannot be stored in safetensors");
+}
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  auto st = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
+  st->file_ = std::make_shared<MappedFile>(path);
+  const uint8_t* base = st->file_->data();
+  const uint64_t size = st->file_->size();
+  if (size < 8) fail("safetensors '", path, "': file is ", size, " bytes, too short for the 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | base[i];
+  if (n > size - 8)
+    fail("safetensors '", path, "': header length ", n, " exceeds the file (", size - 8, " bytes after the length field)");
+  if (n > kMaxHeaderBytes) fail("safetensors '", path, "': header length ", n, " exceeds the 100 MiB limit");
+  json header;
+  try {
+    header = json::parse(base + 8, base + 8 + n);
+  } catch (const json::exception& e) {
+    fail("safetensors '", path, "': header is not valid JSON (", e.what(), ")");
+  }
+  if (!header.is_object()) fail("safetensors '", path, "': header is not a JSON object");
+  st->data_begin_ = base + 8 + n;
+  const uint64_t data_size = size - 8 - n;
+
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const std::string ctx = "safetensors '" + path + "' tensor '" + name + "'";
+    if (name == "__metadata__") {
+      if (!it->is_object()) fail("safetensors '", path, "': __metadata__ is not an object");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string()) fail("safetensors '", path, "': __metadata__ value '", m.key(), "' is not a string");
+        st->metadata_[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    const json& e = *it;
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+      fail(ctx, ": expected an object with dtype, shape and data_offsets");
+    if (!e["dtype"].is_string()) fail(ctx, ": dtype is not a string");
+    SafetensorsEntry entry;
+    entry.name = name;
+    entry.dtype = parse_safetensors_dtype(e["dtype"].get<std::string>(), ctx);
+    if (!e["shape"].is_array()) fail(ctx, ": shape is not an array");
+    uint64_t numel = 1;
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_unsigned()) fail(ctx, ": shape ", e["shape"].dump(), " has a non-integer or negative dimension");
+      uint64_t v = d.get<uint64_t>();
+      if (v != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / v) fail(ctx, ": shape overflows");
+      numel *= v;
+      entry.shape.push_back(static_cast<int64_t>(v));
+    }
+    const json& off = e["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      fail(ctx, ": data_offsets must be two non-negative integers");
+    entry.begin = off[0].get<uint64_t>();
+    entry.end = off[1].get<uint64_t>();
+    if (entry.end < entry.begin || entry.end > data_size)
+      fail(ctx, ": data_offsets [", entry.begin, ", ", entry.end, "] out of range (data section is ", data_size, " bytes)");
+    const uint64_t expect = numel * static_cast<uint64_t>(dtype_block_bytes(entry.dtype));
+    if (entry.end - entry.begin != expect)
+      fail(ctx, ": ", entry.end - entry.begin, " bytes for ", dtype_name(entry.dtype), " ", shape_str(entry.shape),
+           ", expected ", expect);
+    st->index_[name] = st->entries_.size();
+    st->entries_.push_back(std::move(entry));
+  }
+
+  // Overlapping byte ranges mean two tensors alias each other: a corrupted or hostile file.
+  std::vector<const SafetensorsEntry*> by_offset;
+  for (const auto& e : st->entries_) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    if (by_offset[i]->begin < by_offset[i - 1]->end)
+      fail("safetensors '", path, "': tensors '", by_offset[i - 1]->name, "' and '", by_offset[i]->name,
+           "' have overlapping data_offsets");
+  }
+  return st;
+}
+
+const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+Tensor SafetensorsFile::tensor(const std::string& name) const {
+  const SafetensorsEntry* e = find(name);
+  if (!e) fail("safetensors '", path(), "': no tensor named '", name, "'");
+  Tensor t;
+  t.dtype = e->dtype;
+  t.shape = e->shape;
+  t.data = data_begin_ + e->begin;
+  t.owner = std::shared_ptr<const void>(file_, file_->data());
+  return t;
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (header.contains(name)) fail("write_safetensors '", path, "': duplicate tensor name '", name, "'");
+    const uint64_t nb = static_cast<uint64_t>(t.nbytes());
+    header[name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + nb}}};
+    offset += nb;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // align the data section to 8 bytes, as the reference writer does
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail("cannot write '", tmp, "'");
+    uint64_t n = h.size();
+    uint8_t len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(h.data(), static_cast<std::streamsize>(h.size()));
+    for (const auto& [name, t] : tensors) out.write(static_cast<const char*>(t.data), t.nbytes());
+    if (!out) fail("write to '", tmp, "' failed (disk full?)");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace graft::io

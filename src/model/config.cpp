@@ -1,0 +1,168 @@
+#include "graft/model/config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "graft/core/error.h"
+#include "graft/model/family.h"
+
+namespace graft::model {
+
+using nlohmann::json;
+
+namespace {
+
+int64_t require_int(const json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || !j[key].is_number_integer())
+    fail("config '", path, "': missing or non-integer field '", key, "'");
+  int64_t v = j[key].get<int64_t>();
+  if (v <= 0) fail("config '", path, "': field '", key, "' must be positive, got ", v);
+  return v;
+}
+
+std::optional<int64_t> optional_int(const json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_number_integer()) fail("config '", path, "': field '", key, "' is not an integer");
+  return j[key].get<int64_t>();
+}
+
+std::optional<double> optional_number(const json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_number()) fail("config '", path, "': field '", key, "' is not a number");
+  return j[key].get<double>();
+}
+
+std::optional<bool> optional_bool(const json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_boolean()) fail("config '", path, "': field '", key, "' is not a boolean");
+  return j[key].get<bool>();
+}
+
+std::vector<int32_t> int_or_list(const json& v) {
+  std::vector<int32_t> out;
+  if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+  if (v.is_array())
+    for (const auto& x : v)
+      if (x.is_number_integer()) out.push_back(x.get<int32_t>());
+  return out;
+}
+
+// rope_scaling (transformers <= 4.x) or rope_parameters (5.x) -> RopeScaling, theta.
+void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
+  if (auto t = optional_number(j, "rope_theta", path)) c.rope_theta = *t;
+  const json* rs = nullptr;
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) rs = &j["rope_scaling"];
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rs = &j["rope_parameters"];
+  if (!rs) return;
+  if (!rs->is_object()) fail("config '", path, "': rope_scaling is not an object");
+  if (auto t = optional_number(*rs, "rope_theta", path)) c.rope_theta = *t;
+  std::string type = "default";
+  if (rs->contains("rope_type") && (*rs)["rope_type"].is_string()) type = (*rs)["rope_type"];
+  else if (rs->contains("type") && (*rs)["type"].is_string()) type = (*rs)["type"];
+  if (type == "default") return;
+  auto factor = optional_number(*rs, "factor", path);
+  if (!factor || *factor <= 0) fail("config '", path, "': rope scaling '", type, "' needs a positive 'factor'");
+  c.rope_scaling.factor = *factor;
+  if (type == "linear") {
+    c.rope_scaling.type = RopeScalingType::Linear;
+  } else if (type == "llama3") {
+    c.rope_scaling.type = RopeScalingType::Llama3;
+    c.rope_scaling.low_freq_factor = optional_number(*rs, "low_freq_factor", path).value_or(1.0);
+    c.rope_scaling.high_freq_factor = optional_number(*rs, "high_freq_factor", path).value_or(4.0);
+    c.rope_scaling.original_max_position_embeddings =
+        optional_int(*rs, "original_max_position_embeddings", path).value_or(8192);
+    if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
+      fail("config '", path, "': llama3 rope scaling needs high_freq_factor > low_freq_factor");
+  } else {
+    fail("config '", path, "': rope scaling type '", type,
+         "' is not supported (supported: default, linear, llama3); refusing to approximate it");
+  }
+}
+
+}  // namespace
+
+ModelConfig parse_hf_config(const json& j, const std::string& path) {
+  if (!j.is_object()) fail("config '", path, "' is not a JSON object");
+  ModelConfig c;
+  if (!j.contains("model_type") || !j["model_type"].is_string())
+    fail("config '", path, "': missing string field 'model_type'");
+  c.model_type = j["model_type"].get<std::string>();
+  const FamilyTraits& fam = family(c.model_type);  // throws listing supported families
+
+  c.hidden_size = require_int(j, "hidden_size", path);
+  c.intermediate_size = require_int(j, "intermediate_size", path);
+  c.num_layers = require_int(j, "num_hidden_layers", path);
+  c.num_heads = require_int(j, "num_attention_heads", path);
+  c.num_kv_heads = optional_int(j, "num_key_value_heads", path).value_or(c.num_heads);
+  c.head_dim = optional_int(j, "head_dim", path).value_or(c.hidden_size / c.num_heads);
+  c.vocab_size = require_int(j, "vocab_size", path);
+  c.max_position_embeddings = optional_int(j, "max_position_embeddings", path).value_or(2048);
+  c.rms_norm_eps = optional_number(j, "rms_norm_eps", path).value_or(1e-6);
+  c.tie_word_embeddings = optional_bool(j, "tie_word_embeddings", path).value_or(fam.default_tie);
+  c.attention_bias = optional_bool(j, "attention_bias", path).value_or(false) || fam.attention_bias;
+  c.qk_norm = fam.qk_norm;
+  parse_rope(j, path, c);
+
+  if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
+    fail("config '", path, "': num_attention_heads ", c.num_heads, " is not a multiple of num_key_value_heads ",
+         c.num_kv_heads);
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0) fail("config '", path, "': head_dim ", c.head_dim, " must be even");
+
+  // Fields that change the math: accept only the values graft implements.
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    fail("config '", path, "': hidden_act '", j["hidden_act"].dump(), "' is not supported (supported: silu)");
+  if (optional_bool(j, "mlp_bias", path).value_or(false))
+    fail("config '", path, "': mlp_bias: true is not supported");
+  if (auto p = optional_number(j, "partial_rotary_factor", path); p && *p != 1.0)
+    fail("config '", path, "': partial_rotary_factor ", *p, " is not supported (only 1.0)");
+  if (c.model_type == "mistral") {
+    c.sliding_window = optional_int(j, "sliding_window", path);
+  } else if (optional_bool(j, "use_sliding_window", path).value_or(false)) {
+    fail("config '", path, "': use_sliding_window: true is not supported for ", c.model_type);
+  }
+  if (j.contains("layer_types") && j["layer_types"].is_array())
+    for (const auto& t : j["layer_types"])
+      if (t != "full_attention")
+        fail("config '", path, "': layer type ", t.dump(), " is not supported (supported: full_attention)");
+
+  if (j.contains("eos_token_id")) c.eos_token_ids = int_or_list(j["eos_token_id"]);
+  if (auto b = optional_int(j, "bos_token_id", path)) c.bos_token_id = static_cast<int32_t>(*b);
+  return c;
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int64_t half = c.head_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  // transformers computes these in float32: base ** (float32(2i) / dim).
+  for (int64_t i = 0; i < half; ++i) {
+    float expo = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), expo);
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScalingType::Linear) {
+    for (auto& f : inv) f = static_cast<float>(f / s.factor);
+  } else if (s.type == RopeScalingType::Llama3) {
+    const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
+    const double low_wavelen = old_ctx / s.low_freq_factor;
+    const double high_wavelen = old_ctx / s.high_freq_factor;
+    for (auto& f : inv) {
+      const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
+      float scaled = wavelen > low_wavelen ? static_cast<float>(f / s.factor) : f;
+      if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+        const float smooth = static_cast<float>((old_ctx / wavelen - s.low_freq_factor) /
+                                                (s.high_freq_factor - s.low_freq_factor));
+        scaled = (1.0f - smooth) * scaled / static_cast<float>(s.factor) + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  if (!c.rope_freq_divisors.empty()) {
+    if (static_cast<int64_t>(c.rope_freq_divisors.size()) != half)
+      fail("rope frequency factors: ", c.rope_freq_divisors.size(), " values, expected head_dim/2 = ", half);
+    for (int64_t i = 0; i < half; ++i) inv[i] /= c.rope_freq_divisors[i];
+  }
+  return inv;
+}
+
+}  // namespace graft::model

@@ -1,0 +1,134 @@
+// A GGUF file seen as a Hugging Face checkpoint: names mapped back, llama.cpp's q/k row permutation
+// undone, block-quantized tensors dequantized to F32 on read.
+#include <map>
+
+#include "graft/core/error.h"
+#include "graft/io/gguf.h"
+#include "graft/model/family.h"
+#include "graft/model/loader.h"
+
+namespace graft::model {
+
+namespace {
+
+class GgufTensorSource : public io::TensorSource {
+ public:
+  GgufTensorSource(std::shared_ptr<io::GgufFile> file, const ModelConfig& c, bool permuted_qk)
+      : file_(std::move(file)) {
+    std::map<std::string, std::string> gguf_to_hf = {
+        {"token_embd.weight", kEmbedName}, {"output_norm.weight", kFinalNormName}, {"output.weight", kLmHeadName}};
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      for (const auto& s : layer_tensor_specs())
+        gguf_to_hf["blk." + std::to_string(i) + "." + s.gguf_suffix] = hf_layer_tensor_name(i, s.role);
+    for (const auto& t : file_->tensors()) {
+      if (t.name == "rope_freqs.weight") continue;  // consumed into the config
+      auto it = gguf_to_hf.find(t.name);
+      // An unknown tensor keeps its GGUF name so that weight validation reports it, never drops it.
+      const std::string hf = it == gguf_to_hf.end() ? t.name : it->second;
+      hf_to_gguf_[hf] = t.name;
+      if (permuted_qk) {
+        for (int64_t i = 0; i < c.num_layers; ++i) {
+          if (hf == hf_layer_tensor_name(i, LayerTensor::Q) || hf == hf_layer_tensor_name(i, LayerTensor::QBias))
+            heads_[hf] = c.num_heads;
+          if (hf == hf_layer_tensor_name(i, LayerTensor::K) || hf == hf_layer_tensor_name(i, LayerTensor::KBias))
+            heads_[hf] = c.num_kv_heads;
+        }
+      }
+    }
+  }
+
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [hf, g] : hf_to_gguf_) out.push_back(hf);
+    return out;
+  }
+  std::optional<io::TensorInfo> info(const std::string& name) const override {
+    auto it = hf_to_gguf_.find(name);
+    if (it == hf_to_gguf_.end()) return std::nullopt;
+    const io::GgufTensorInfo* t = file_->find(it->second);
+    // Block-quantized tensors are served dequantized, so report what read() returns.
+    return io::TensorInfo{dtype_is_quantized(t->dtype) ? DType::F32 : t->dtype, t->shape};
+  }
+  Tensor read(const std::string& name) const override {
+    auto it = hf_to_gguf_.find(name);
+    if (it == hf_to_gguf_.end()) fail("GGUF '", file_->path(), "': no tensor for '", name, "'");
+    Tensor t = file_->tensor(it->second);
+    auto h = heads_.find(name);
+    if (dtype_is_quantized(t.dtype) || h != heads_.end()) t = to_f32(t);
+    if (h != heads_.end()) unpermute_rows(t, h->second);
+    return t;
+  }
+  std::string describe() const override { return "GGUF '" + file_->path() + "'"; }
+
+ private:
+  // llama.cpp stores row (h, j*2 + s) for Hugging Face row (h, s*half + j): interleaved RoPE pairs.
+  static void unpermute_rows(Tensor& t, int64_t n_heads) {
+    const int64_t rows = t.shape[0];
+    const int64_t cols = t.shape.size() > 1 ? t.shape[1] : 1;
+    const int64_t head_dim = rows / n_heads, half = head_dim / 2;
+    std::vector<float> src(t.as<float>(), t.as<float>() + rows * cols);
+    float* dst = t.mutable_as<float>();
+    for (int64_t h = 0; h < n_heads; ++h)
+      for (int64_t s = 0; s < 2; ++s)
+        for (int64_t j = 0; j < half; ++j) {
+          const float* from = &src[(h * head_dim + j * 2 + s) * cols];
+          std::copy(from, from + cols, dst + (h * head_dim + s * half + j) * cols);
+        }
+  }
+
+  std::shared_ptr<io::GgufFile> file_;
+  std::map<std::string, std::string> hf_to_gguf_;
+  std::map<std::string, int64_t> heads_;  // permuted tensors -> number of heads
+};
+
+ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
+  const std::string a = g.require_string("general.architecture");
+  ModelConfig c;
+  c.model_type = fam.model_type;
+  c.hidden_size = g.require_int(a + ".embedding_length");
+  c.intermediate_size = g.require_int(a + ".feed_forward_length");
+  c.num_layers = g.require_int(a + ".block_count");
+  c.num_heads = g.require_int(a + ".attention.head_count");
+  c.num_kv_heads = g.optional_int(a + ".attention.head_count_kv").value_or(c.num_heads);
+  c.head_dim = g.optional_int(a + ".attention.key_length").value_or(c.hidden_size / c.num_heads);
+  c.max_position_embeddings = g.optional_int(a + ".context_length").value_or(2048);
+  c.rms_norm_eps = g.optional_float(a + ".attention.layer_norm_rms_epsilon").value_or(1e-6);
+  c.rope_theta = g.optional_float(a + ".rope.freq_base").value_or(10000.0);
+  c.qk_norm = fam.qk_norm;
+  c.attention_bias = fam.attention_bias || g.find("blk.0.attn_q.bias") != nullptr;
+  if (auto v = g.optional_int(a + ".attention.sliding_window")) c.sliding_window = *v;
+  const std::string scaling = g.optional_string(a + ".rope.scaling.type").value_or("none");
+  if (scaling == "linear") {
+    c.rope_scaling.type = RopeScalingType::Linear;
+    c.rope_scaling.factor = g.optional_float(a + ".rope.scaling.factor").value_or(1.0);
+  } else if (scaling != "none") {
+    fail("GGUF '", g.path(), "': ", a, ".rope.scaling.type '", scaling,
+         "' is not supported (supported: none, linear; llama3 scaling comes as rope_freqs.weight)");
+  }
+  if (const auto* rf = g.find("rope_freqs.weight")) {
+    Tensor f = to_f32(g.tensor(rf->name));
+    c.rope_freq_divisors.assign(f.as<float>(), f.as<float>() + f.numel());
+  }
+  const io::GgufTensorInfo* embed = g.find("token_embd.weight");
+  if (!embed) fail("GGUF '", g.path(), "': missing tensor 'token_embd.weight'");
+  c.vocab_size = embed->shape[0];
+  c.tie_word_embeddings = g.find("output.weight") == nullptr;
+  if (auto e = g.optional_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(static_cast<int32_t>(*e));
+  if (auto e = g.optional_int("tokenizer.ggml.eot_token_id"))
+    if (c.eos_token_ids.empty() || c.eos_token_ids[0] != *e) c.eos_token_ids.push_back(static_cast<int32_t>(*e));
+  if (auto b = g.optional_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<int32_t>(*b);
+  if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
+    fail("GGUF '", g.path(), "': head_count ", c.num_heads, " is not a multiple of head_count_kv ", c.num_kv_heads);
+  return c;
+}
+
+}  // namespace
+
+ModelSource open_gguf_model_source(const std::string& path) {
+  auto g = io::GgufFile::open(path);
+  const FamilyTraits& fam = family_for_gguf_arch(g->require_string("general.architecture"));
+  ModelConfig c = config_from_gguf(*g, fam);
+  return ModelSource{"gguf", c, std::make_shared<GgufTensorSource>(g, c, fam.gguf_permuted_qk), g};
+}
+
+}  // namespace graft::model

@@ -1,0 +1,111 @@
+#include "graft/model/loader.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "graft/core/error.h"
+#include "graft/text/gguf_tokenizer.h"
+
+namespace graft::model {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) fail("cannot read '", p.string(), "'");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    fail("'", p.string(), "' is not valid JSON (", e.what(), ")");
+  }
+}
+
+bool is_gguf(const std::string& path) {
+  if (!fs::is_regular_file(path)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in && std::string(magic, 4) == "GGUF";
+}
+
+// tokenizer_config.json's chat_template (a string, or a list of named templates: "default" wins),
+// or transformers 5's separate chat_template.jinja.
+std::optional<std::string> hf_chat_template(const fs::path& dir) {
+  const fs::path jinja = dir / "chat_template.jinja";
+  if (fs::exists(jinja)) {
+    std::ifstream in(jinja);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  const fs::path cfg = dir / "tokenizer_config.json";
+  if (!fs::exists(cfg)) return std::nullopt;
+  json j = read_json(cfg);
+  if (!j.contains("chat_template")) return std::nullopt;
+  const json& t = j["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array())
+    for (const auto& e : t)
+      if (e.value("name", "") == "default" && e.contains("template")) return e["template"].get<std::string>();
+  fail("'", cfg.string(), "': chat_template is neither a string nor a list with a 'default' entry");
+}
+
+// generation_config.json may list several EOS ids (Llama-3 instruct); they all stop generation.
+void merge_generation_config(const fs::path& dir, ModelConfig& c) {
+  const fs::path p = dir / "generation_config.json";
+  if (!fs::exists(p)) return;
+  json j = read_json(p);
+  auto add = [&](const json& v) {
+    if (v.is_number_integer()) {
+      int32_t id = v.get<int32_t>();
+      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
+        c.eos_token_ids.push_back(id);
+    }
+  };
+  if (j.contains("eos_token_id")) {
+    if (j["eos_token_id"].is_array())
+      for (const auto& v : j["eos_token_id"]) add(v);
+    else
+      add(j["eos_token_id"]);
+  }
+}
+
+}  // namespace
+
+ModelSource open_model_source(const std::string& path) {
+  if (!fs::exists(path)) fail("model path '", path, "' does not exist");
+  if (is_gguf(path)) return open_gguf_model_source(path);
+  if (!fs::is_directory(path))
+    fail("model path '", path, "' is neither a GGUF file nor a Hugging Face model directory");
+  const fs::path cfg = fs::path(path) / "config.json";
+  if (!fs::exists(cfg)) fail("model directory '", path, "' has no config.json");
+  ModelConfig c = parse_hf_config(read_json(cfg), cfg.string());
+  merge_generation_config(path, c);
+  return ModelSource{"safetensors", c, io::open_safetensors_checkpoint(path), nullptr};
+}
+
+LoadedModel load_model(const std::string& path, const LoadOptions& options) {
+  ModelSource src = open_model_source(path);
+  std::optional<text::Tokenizer> tok;
+  std::optional<std::string> chat_template;
+  if (src.gguf) {
+    tok.emplace(text::Tokenizer::from_spec(text::tokenizer_spec_from_gguf(*src.gguf)));
+    chat_template = text::chat_template_from_gguf(*src.gguf);
+  } else {
+    const fs::path tj = fs::path(path) / "tokenizer.json";
+    if (!fs::exists(tj)) fail("model directory '", path, "' has no tokenizer.json");
+    const fs::path tc = fs::path(path) / "tokenizer_config.json";
+    tok.emplace(text::Tokenizer::from_files(tj.string(), fs::exists(tc) ? tc.string() : ""));
+    chat_template = hf_chat_template(path);
+  }
+  if (tok->vocab_size() > src.config.vocab_size)
+    fail("model '", path, "': tokenizer has ", tok->vocab_size(), " tokens but the embedding has only ",
+         src.config.vocab_size, " rows");
+  if (src.config.eos_token_ids.empty() && tok->eos_id()) src.config.eos_token_ids.push_back(*tok->eos_id());
+  ModelWeights w = load_weights(src.config, *src.source, options.progress);
+  return LoadedModel{path, src.format, src.config, src.source, std::move(w), std::move(*tok), chat_template};
+}
+
+}  // namespace graft::model

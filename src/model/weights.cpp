@@ -1,0 +1,130 @@
+#include "graft/model/weights.h"
+
+#include <cstring>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "graft/core/error.h"
+#include "graft/model/family.h"
+
+namespace graft::model {
+
+namespace {
+
+struct Loader {
+  const io::TensorSource& source;
+  std::vector<std::string> problems;
+  std::set<std::string> used;
+
+  bool check(const std::string& name, const Shape& expect, bool matrix) {
+    used.insert(name);
+    auto info = source.info(name);
+    if (!info) {
+      problems.push_back("missing tensor '" + name + "' (expected " + shape_str(expect) + ")");
+      return false;
+    }
+    if (info->shape != expect) {
+      problems.push_back("tensor '" + name + "' has shape " + shape_str(info->shape) + ", expected " +
+                         shape_str(expect) + " from config.json");
+      return false;
+    }
+    const DType t = info->dtype;
+    if (t != DType::F32 && t != DType::F16 && t != DType::BF16) {
+      problems.push_back("tensor '" + name + "' has dtype " + std::string(dtype_name(t)) +
+                         ", expected F32, F16 or BF16");
+      return false;
+    }
+    (void)matrix;
+    return true;
+  }
+};
+
+Tensor read_matrix(const io::TensorSource& s, const std::string& name) { return s.read(name); }
+Tensor read_vector_f32(const io::TensorSource& s, const std::string& name) { return to_f32(s.read(name)); }
+
+// Tensors some checkpoints carry that hold no weights the model needs (recomputed buffers).
+bool ignorable(const std::string& name) {
+  static const std::regex kIgnorable(R"(model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq)");
+  return std::regex_match(name, kIgnorable);
+}
+
+}  // namespace
+
+ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, const LoadProgress& progress) {
+  Loader ld{source, {}, {}};
+  const Shape embed_shape = {c.vocab_size, c.hidden_size};
+  ld.check(kEmbedName, embed_shape, true);
+  ld.check(kFinalNormName, {c.hidden_size}, false);
+  const bool has_head = source.has(kLmHeadName);
+  if (!c.tie_word_embeddings) {
+    ld.check(kLmHeadName, embed_shape, true);
+  } else if (has_head) {
+    // A tied checkpoint that also stores lm_head: transformers would ignore it; graft accepts it
+    // only when it is the embedding itself, so a silently different head cannot be lost.
+    ld.used.insert(kLmHeadName);
+  }
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    for (const auto& spec : layer_tensor_specs())
+      if (layer_tensor_present(c, spec.role))
+        ld.check(hf_layer_tensor_name(i, spec.role), layer_tensor_shape(c, spec.role), true);
+  for (const auto& name : source.names())
+    if (!ld.used.count(name) && !ignorable(name))
+      ld.problems.push_back("unexpected tensor '" + name + "' (not part of a " + c.model_type + " model with " +
+                            std::to_string(c.num_layers) + " layers under this config)");
+  if (!ld.problems.empty()) {
+    std::ostringstream os;
+    os << "model weights in " << source.describe() << " do not match the config (" << ld.problems.size()
+       << " problem" << (ld.problems.size() > 1 ? "s" : "") << "):";
+    for (const auto& p : ld.problems) os << "\n  - " << p;
+    throw Error(os.str());
+  }
+
+  const int64_t total = 3 + c.num_layers;
+  int64_t done = 0;
+  auto tick = [&] { if (progress) progress(++done, total); };
+  ModelWeights w;
+  w.embed = read_matrix(source, kEmbedName);
+  tick();
+  w.final_norm = read_vector_f32(source, kFinalNormName);
+  tick();
+  if (c.tie_word_embeddings) {
+    w.lm_head = w.embed;
+    if (has_head) {
+      Tensor head = source.read(kLmHeadName);
+      if (head.dtype != w.embed.dtype || head.shape != w.embed.shape ||
+          std::memcmp(head.data, w.embed.data, static_cast<size_t>(head.nbytes())) != 0)
+        fail(source.describe(), ": tie_word_embeddings is true but lm_head.weight differs from the embedding");
+    }
+  } else {
+    w.lm_head = read_matrix(source, kLmHeadName);
+  }
+  tick();
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights L;
+    auto name = [&](LayerTensor r) { return hf_layer_tensor_name(i, r); };
+    L.attn_norm = read_vector_f32(source, name(LayerTensor::AttnNorm));
+    L.q = read_matrix(source, name(LayerTensor::Q));
+    L.k = read_matrix(source, name(LayerTensor::K));
+    L.v = read_matrix(source, name(LayerTensor::V));
+    L.o = read_matrix(source, name(LayerTensor::O));
+    if (c.attention_bias) {
+      L.q_bias = read_vector_f32(source, name(LayerTensor::QBias));
+      L.k_bias = read_vector_f32(source, name(LayerTensor::KBias));
+      L.v_bias = read_vector_f32(source, name(LayerTensor::VBias));
+    }
+    if (c.qk_norm) {
+      L.q_norm = read_vector_f32(source, name(LayerTensor::QNorm));
+      L.k_norm = read_vector_f32(source, name(LayerTensor::KNorm));
+    }
+    L.mlp_norm = read_vector_f32(source, name(LayerTensor::MlpNorm));
+    L.gate = read_matrix(source, name(LayerTensor::Gate));
+    L.up = read_matrix(source, name(LayerTensor::Up));
+    L.down = read_matrix(source, name(LayerTensor::Down));
+    w.layers.push_back(std::move(L));
+    tick();
+  }
+  return w;
+}
+
+}  // namespace graft::model

@@ -1,0 +1,117 @@
+// matmul(): validation, ISA choice, threading, and the scalar reference.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "graft/core/error.h"
+#include "graft/runtime/kernels.h"
+#include "runtime/matmul_internal.h"
+
+namespace graft::runtime {
+
+namespace detail {
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::Avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    case Isa::Avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+  }
+  return false;
+}
+
+namespace {
+Isa detect_isa() {
+  // GRAFT_MATMUL_ISA=avx2 forces the baseline kernels (for comparisons on AVX-512 machines).
+  const char* env = std::getenv("GRAFT_MATMUL_ISA");
+  if (env && std::strcmp(env, "avx2") == 0) return Isa::Avx2;
+  return isa_supported(Isa::Avx512) ? Isa::Avx512 : Isa::Avx2;
+}
+}  // namespace
+
+Isa best_isa() {
+  static const Isa isa = detect_isa();
+  return isa;
+}
+
+void matmul_cols(Isa isa, const MatmulArgs& a, int64_t j0, int64_t j1) {
+  if (isa == Isa::Avx512)
+    matmul_cols_avx512(a, j0, j1);
+  else
+    matmul_cols_avx2(a, j0, j1);
+}
+
+int64_t prefill_row_block(int64_t k) {
+  // ~256 KiB of x per block: well inside Zen 4's 1 MiB L2 next to the weight tile and y.
+  const int64_t rows = (256 * 1024) / (4 * std::max<int64_t>(k, 1));
+  return std::max<int64_t>(8, rows & ~int64_t{3});
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_args(const char* who, const float* x, int64_t m, int64_t k, const Tensor& w,
+                const float* y) {
+  if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16)
+    fail(who, ": weight dtype ", dtype_name(w.dtype), " is not supported (F32, F16 or BF16)");
+  if (w.shape.size() != 2 || w.shape[1] != k)
+    fail(who, ": weight shape ", shape_str(w.shape), " does not match [n, k] with k = ", k);
+  if (m < 0) fail(who, ": m = ", m, " is negative");
+  if (m > 0 && w.shape[0] > 0 && (!y || !w.data || (k > 0 && !x)))
+    fail(who, ": null x, weight or output pointer");
+}
+
+// Columns per parallel_for unit: a multiple of every kernel's tile width, so chunks cut on tile
+// boundaries (results do not depend on the cut; this only avoids narrow tail tiles).
+constexpr int64_t kColUnit = 8;
+// Below this many multiply-adds per chunk the dispatch costs more than it saves.
+constexpr int64_t kMinChunkWork = 32 * 1024;
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
+            bool accumulate) {
+  check_args("matmul", x, m, k, w, y);
+  const int64_t n = w.shape[0];
+  if (m == 0 || n == 0) return;
+  const detail::MatmulArgs a{x, m, k, n, w.data, w.dtype, y, accumulate};
+  const detail::Isa isa = detail::best_isa();
+  const int64_t units = (n + kColUnit - 1) / kColUnit;
+  const int64_t unit_work = std::max<int64_t>(1, m * std::max<int64_t>(k, 1) * kColUnit);
+  const int64_t grain = std::max<int64_t>(1, kMinChunkWork / unit_work);
+  pool.parallel_for(
+      units,
+      [&](int64_t u0, int64_t u1) {
+        detail::matmul_cols(isa, a, u0 * kColUnit, std::min(n, u1 * kColUnit));
+      },
+      grain);
+}
+
+void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
+                      bool accumulate) {
+  check_args("matmul_reference", x, m, k, w, y);
+  const int64_t n = w.shape[0];
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t j = 0; j < n; ++j) {
+    convert_to_f32(w.dtype, static_cast<const uint8_t*>(w.data) + dtype_bytes(w.dtype, j * k),
+                   row.data(), k);
+    for (int64_t i = 0; i < m; ++i) {
+      // Double accumulation: the reference is (nearly) the exact dot product, so a test's error
+      // bound covers only the fast path's F32 rounding.
+      double s = 0;
+      for (int64_t t = 0; t < k; ++t) s += static_cast<double>(x[i * k + t]) * row[t];
+      float& out = y[i * n + j];
+      out = accumulate ? static_cast<float>(out + s) : static_cast<float>(s);
+    }
+  }
+}
+
+const char* matmul_isa() { return detail::best_isa() == detail::Isa::Avx512 ? "avx512" : "avx2"; }
+
+}  // namespace graft::runtime

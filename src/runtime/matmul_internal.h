@@ -1,0 +1,42 @@
+// Internal to the runtime layer: the per-ISA matmul kernels behind graft::runtime::matmul().
+#pragma once
+#include <cstdint>
+
+#include "graft/core/dtype.h"
+
+namespace graft::runtime::detail {
+
+// Distinct element types so kernels can overload on the weight format (both are 16-bit patterns).
+struct bf16_t { uint16_t bits; };
+struct f16_t { uint16_t bits; };
+
+// One matmul, y[m, n] = x[m, k] · W[n, k]ᵀ (+ y). Kernels compute the output columns [j0, j1).
+struct MatmulArgs {
+  const float* x;
+  int64_t m, k, n;
+  const void* w;
+  DType wtype;  // F32, F16 or BF16
+  float* y;
+  bool accumulate;
+};
+
+enum class Isa { Avx2, Avx512 };
+
+// Whether this CPU (and OS) runs the kernels of `isa`.
+bool isa_supported(Isa isa);
+// The widest supported ISA: what matmul() uses.
+Isa best_isa();
+// Runs one ISA's kernel on columns [j0, j1); the ISA must be supported. Every output element is
+// summed in one fixed order (one vector accumulator over k in steps of the vector width, a masked
+// tail step, then a fixed horizontal tree), whatever the tile it falls in, so the result does not
+// depend on j0/j1, the thread count or m: row i of a prefill equals the decode of x row i.
+void matmul_cols(Isa isa, const MatmulArgs& a, int64_t j0, int64_t j1);
+
+void matmul_cols_avx2(const MatmulArgs& a, int64_t j0, int64_t j1);
+void matmul_cols_avx512(const MatmulArgs& a, int64_t j0, int64_t j1);
+
+// Rows of x processed per pass over a weight tile in prefill: enough rows that the x block stays
+// in L2 while the weight tile streams once per block.
+int64_t prefill_row_block(int64_t k);
+
+}  // namespace graft::runtime::detail

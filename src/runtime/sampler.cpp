@@ -1,0 +1,91 @@
+#include "graft/runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "graft/core/error.h"
+
+namespace graft::runtime {
+
+void validate(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature)) fail("temperature must be finite, got ", p.temperature);
+  if (!(p.top_p > 0.0f) || p.top_p > 1.0f) fail("top-p must be in (0, 1], got ", p.top_p);
+  if (!(p.min_p >= 0.0f) || p.min_p > 1.0f) fail("min-p must be in [0, 1], got ", p.min_p);
+  if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty))
+    fail("repeat penalty must be positive and finite, got ", p.repeat_penalty);
+  if (p.repeat_last_n < 0) fail("repeat-last-n must be >= 0, got ", p.repeat_last_n);
+}
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params); }
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const SamplingParams& p = params_;
+  candidates_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
+
+  if (p.repeat_penalty != 1.0f && p.repeat_last_n > 0) {
+    const size_t n = std::min<size_t>(history.size(), static_cast<size_t>(p.repeat_last_n));
+    std::unordered_set<int32_t> seen(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
+    for (int32_t id : seen) {
+      if (id < 0 || static_cast<size_t>(id) >= candidates_.size()) continue;
+      float& l = candidates_[id].first;
+      l = l > 0 ? l / p.repeat_penalty : l * p.repeat_penalty;
+    }
+  }
+  if (p.temperature <= 0.0f) {
+    size_t best = 0;
+    for (size_t i = 1; i < candidates_.size(); ++i)
+      if (candidates_[i].first > candidates_[best].first) best = i;
+    return candidates_[best].second;
+  }
+
+  // Sorted by logit, descending; ties by id so the order is reproducible.
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  size_t n = candidates_.size();
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + p.top_k, candidates_.end(), by_logit);
+    n = static_cast<size_t>(p.top_k);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  candidates_.resize(n);
+
+  // Probabilities at temperature 1 for the top-p / min-p cuts (llama.cpp's order: cut, then temper).
+  std::vector<double> prob(n);
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(static_cast<double>(candidates_[i].first - candidates_[0].first));
+  if (p.top_p < 1.0f) {
+    double cum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      cum += prob[i] / sum;
+      if (cum >= p.top_p) { n = i + 1; break; }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    size_t keep = 1;
+    while (keep < n && prob[keep] >= p.min_p * prob[0]) ++keep;  // prob[0] is the max (1.0 before normalizing)
+    n = keep;
+  }
+
+  std::vector<double> w(n);
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i)
+    total += w[i] = std::exp(static_cast<double>(candidates_[i].first - candidates_[0].first) / p.temperature);
+  std::uniform_real_distribution<double> uni(0.0, total);
+  double r = uni(rng_);
+  for (size_t i = 0; i < n; ++i) {
+    if (r < w[i]) return candidates_[i].second;
+    r -= w[i];
+  }
+  return candidates_[n - 1].second;
+}
+
+}  // namespace graft::runtime

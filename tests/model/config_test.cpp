@@ -1,0 +1,177 @@
+#include "graft/model/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "graft/core/error.h"
+#include "graft/model/family.h"
+#include "graft/model/weights.h"
+
+namespace graft::model {
+namespace {
+
+using nlohmann::json;
+
+json base_config(const std::string& type = "llama") {
+  return {{"model_type", type},          {"hidden_size", 64},   {"intermediate_size", 128},
+          {"num_hidden_layers", 2},      {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+          {"vocab_size", 300},           {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
+          {"max_position_embeddings", 256}, {"hidden_act", "silu"}};
+}
+
+std::string error_of(const json& j) {
+  try {
+    parse_hf_config(j, "cfg.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ParsesLlama) {
+  ModelConfig c = parse_hf_config(base_config(), "cfg.json");
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.kv_dim(), 32);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+}
+
+TEST(Config, FamilyTraitsApply) {
+  EXPECT_TRUE(parse_hf_config(base_config("qwen2"), "c").attention_bias);
+  ModelConfig q3 = parse_hf_config(base_config("qwen3"), "c");
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_TRUE(q3.tie_word_embeddings);  // qwen3's default when the field is absent
+  json j = base_config("qwen3");
+  j["tie_word_embeddings"] = false;
+  EXPECT_FALSE(parse_hf_config(j, "c").tie_word_embeddings);
+}
+
+TEST(Config, RefusesUnknownModelTypeListingSupported) {
+  std::string e = error_of(base_config("gpt_neox"));
+  EXPECT_NE(e.find("'gpt_neox'"), std::string::npos) << e;
+  EXPECT_NE(e.find("llama, mistral, qwen2, qwen3"), std::string::npos) << e;
+}
+
+TEST(Config, RefusesUnknownRopeScaling) {
+  json j = base_config();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  std::string e = error_of(j);
+  EXPECT_NE(e.find("'yarn'"), std::string::npos) << e;
+  EXPECT_NE(e.find("cfg.json"), std::string::npos) << e;
+}
+
+TEST(Config, RefusesMathChangingFields) {
+  json j = base_config();
+  j["hidden_act"] = "gelu";
+  EXPECT_NE(error_of(j).find("hidden_act"), std::string::npos);
+  j = base_config();
+  j["mlp_bias"] = true;
+  EXPECT_NE(error_of(j).find("mlp_bias"), std::string::npos);
+  j = base_config("qwen2");
+  j["use_sliding_window"] = true;
+  EXPECT_NE(error_of(j).find("use_sliding_window"), std::string::npos);
+  j = base_config();
+  j["num_key_value_heads"] = 3;
+  EXPECT_NE(error_of(j).find("multiple"), std::string::npos);
+  j = base_config();
+  j.erase("hidden_size");
+  EXPECT_NE(error_of(j).find("hidden_size"), std::string::npos);
+}
+
+TEST(Config, Llama3RopeScalingMatchesFormula) {
+  json j = base_config();
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 32}};
+  ModelConfig c = parse_hf_config(j, "c");
+  std::vector<float> inv = rope_inv_freq(c);
+  ASSERT_EQ(inv.size(), 8u);
+  // Highest frequency (wavelength 2π < 32/4): unchanged. Lowest (wavelength > 32): divided by 8.
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  const float base_last = 1.0f / std::pow(500000.0f, 14.0f / 16.0f);
+  EXPECT_FLOAT_EQ(inv[7], base_last / 8.0f);
+}
+
+TEST(Config, TransformersFiveRopeParameters) {
+  json j = base_config();
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 123.0}};
+  EXPECT_DOUBLE_EQ(parse_hf_config(j, "c").rope_theta, 123.0);
+}
+
+// A TensorSource over an in-memory map, for weight validation tests.
+class MapSource : public io::TensorSource {
+ public:
+  std::map<std::string, Tensor> t;
+  std::vector<std::string> names() const override {
+    std::vector<std::string> n;
+    for (auto& [k, v] : t) n.push_back(k);
+    return n;
+  }
+  std::optional<io::TensorInfo> info(const std::string& n) const override {
+    auto it = t.find(n);
+    if (it == t.end()) return std::nullopt;
+    return io::TensorInfo{it->second.dtype, it->second.shape};
+  }
+  Tensor read(const std::string& n) const override { return t.at(n); }
+  std::string describe() const override { return "test source"; }
+};
+
+MapSource complete_source(const ModelConfig& c) {
+  MapSource s;
+  s.t[kEmbedName] = Tensor::zeros_f32({c.vocab_size, c.hidden_size});
+  s.t[kFinalNormName] = Tensor::zeros_f32({c.hidden_size});
+  if (!c.tie_word_embeddings) s.t[kLmHeadName] = Tensor::zeros_f32({c.vocab_size, c.hidden_size});
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    for (const auto& spec : layer_tensor_specs())
+      if (layer_tensor_present(c, spec.role))
+        s.t[hf_layer_tensor_name(i, spec.role)] = Tensor::zeros_f32(layer_tensor_shape(c, spec.role));
+  return s;
+}
+
+TEST(Weights, LoadsCompleteCheckpoint) {
+  for (const char* fam : {"llama", "qwen2", "qwen3"}) {
+    ModelConfig c = parse_hf_config(base_config(fam), "c");
+    MapSource s = complete_source(c);
+    ModelWeights w = load_weights(c, s);
+    EXPECT_EQ(w.layers.size(), 2u);
+    EXPECT_EQ(w.layers[1].q_bias.data != nullptr, c.attention_bias) << fam;
+    EXPECT_EQ(w.layers[1].q_norm.data != nullptr, c.qk_norm) << fam;
+  }
+}
+
+TEST(Weights, ListsEveryProblemAtOnce) {
+  ModelConfig c = parse_hf_config(base_config(), "c");
+  MapSource s = complete_source(c);
+  s.t.erase("model.layers.0.mlp.up_proj.weight");
+  s.t["model.layers.1.self_attn.k_proj.weight"] = Tensor::zeros_f32({64, 64});
+  s.t["model.layers.1.self_attn.v_proj.weight"] = Tensor::owned(DType::I32, {32, 64}, std::vector<uint8_t>(32 * 64 * 4));
+  s.t["model.layers.7.mlp.up_proj.weight"] = Tensor::zeros_f32({1});
+  try {
+    load_weights(c, s);
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("4 problems"), std::string::npos) << m;
+    EXPECT_NE(m.find("missing tensor 'model.layers.0.mlp.up_proj.weight'"), std::string::npos) << m;
+    EXPECT_NE(m.find("'model.layers.1.self_attn.k_proj.weight' has shape [64, 64], expected [32, 64]"), std::string::npos) << m;
+    EXPECT_NE(m.find("dtype I32"), std::string::npos) << m;
+    EXPECT_NE(m.find("unexpected tensor 'model.layers.7.mlp.up_proj.weight'"), std::string::npos) << m;
+  }
+}
+
+TEST(Weights, TiedCheckpointWithDifferentHeadIsRefused) {
+  json j = base_config();
+  j["tie_word_embeddings"] = true;
+  ModelConfig c = parse_hf_config(j, "c");
+  MapSource s = complete_source(c);
+  Tensor head = Tensor::zeros_f32({c.vocab_size, c.hidden_size});
+  head.mutable_as<float>()[3] = 1.0f;
+  s.t[kLmHeadName] = head;
+  EXPECT_THROW(load_weights(c, s), Error);
+}
+
+}  // namespace
+}  // namespace graft::model

@@ -1,0 +1,185 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "graft/core/error.h"
+#include "graft/runtime/kernels.h"
+#include "runtime/matmul_internal.h"
+
+namespace graft::runtime {
+namespace {
+
+struct Case {
+  std::vector<float> x;
+  Tensor w;
+  std::vector<float> wf;  // the weights as F32 (exact: every F16/BF16 value is an F32)
+};
+
+Case make_case(DType dt, int64_t m, int64_t k, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Case c;
+  c.x.resize(static_cast<size_t>(m * k));
+  for (float& v : c.x) v = u(rng);
+  std::vector<float> w(static_cast<size_t>(n * k));
+  for (float& v : w) v = u(rng);
+  std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(dt, n * k)));
+  convert_from_f32(w.data(), dt, bytes.data(), n * k);
+  c.w = Tensor::owned(dt, {n, k}, std::move(bytes));
+  c.wf.resize(w.size());
+  convert_to_f32(dt, c.w.data, c.wf.data(), n * k);
+  return c;
+}
+
+// Error bound for y[i][j] against the double-accumulated reference. The fast path sums in F32 in a
+// different order (one vector lane per k residue class, then a horizontal tree), so each element
+// can be off by about (k / lanes + log2(lanes) + 2) roundings of 2^-24 relative to Σ|x·w| (plus
+// |y_old| when accumulating). With k <= 1537 and 8 lanes that is ~1.2e-5 * Σ|x·w|: the tolerance is
+// "relative 1e-5-ish", measured against the magnitude the sum passes through (not |y|, which can
+// cancel to near zero).
+std::vector<double> bounds(ThreadPool& pool, const Case& c, const float* y_old, int64_t m, int64_t k,
+                           int64_t n) {
+  // Σ|x·w| per element, itself a matmul (of |x| and |w|, all terms positive: F32 is plenty).
+  std::vector<float> ax(c.x.size()), aw(c.wf.size()), mag(static_cast<size_t>(m * n));
+  for (size_t t = 0; t < ax.size(); ++t) ax[t] = std::fabs(c.x[t]);
+  std::vector<uint8_t> bytes(aw.size() * 4);
+  for (size_t t = 0; t < aw.size(); ++t) aw[t] = std::fabs(c.wf[t]);
+  std::memcpy(bytes.data(), aw.data(), bytes.size());
+  matmul(pool, ax.data(), m, k, Tensor::owned(DType::F32, {n, k}, std::move(bytes)), mag.data());
+  std::vector<double> bound(mag.size());
+  for (size_t t = 0; t < mag.size(); ++t)
+    bound[t] = (double(k) / 8 + 8) * std::ldexp(1.0, -24) * (mag[t] * 1.001 + (y_old ? std::fabs(y_old[t]) : 0)) + 1e-30;
+  return bound;
+}
+
+void expect_close(const std::vector<double>& bound, const std::vector<float>& got,
+                  const std::vector<float>& ref, int64_t n, const std::string& what) {
+  for (size_t at = 0; at < got.size(); ++at)
+    ASSERT_LE(std::fabs(double(got[at]) - ref[at]), bound[at])
+        << what << " at y[" << at / n << "][" << at % n << "]: got " << got[at] << " want " << ref[at];
+}
+
+const DType kTypes[] = {DType::F32, DType::F16, DType::BF16};
+
+TEST(Matmul, MatchesReferenceAndIsIdenticalAcrossThreadCounts) {
+  ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+  uint32_t seed = 1;
+  for (DType dt : kTypes)
+    for (int64_t m : {1, 2, 3, 7, 16, 33})
+      for (int64_t k : {1, 15, 64, 576, 1537})
+        for (int64_t n : {1, 5, 64, 577}) {
+          const Case c = make_case(dt, m, k, n, seed++);
+          std::vector<float> y0(static_cast<size_t>(m * n));
+          for (size_t t = 0; t < y0.size(); ++t) y0[t] = 0.25f * float(t % 7) - 0.5f;
+          std::vector<float> ref(y0.size()), ref_acc(y0.size());
+          matmul_reference(c.x.data(), m, k, c.w, ref.data());
+          for (size_t t = 0; t < y0.size(); ++t) ref_acc[t] = y0[t] + ref[t];
+          for (bool acc : {false, true}) {
+            const std::vector<double> bound = bounds(pools[0], c, acc ? y0.data() : nullptr, m, k, n);
+            std::vector<float> first;
+            for (ThreadPool& pool : pools) {
+              std::vector<float> y = y0;
+              matmul(pool, c.x.data(), m, k, c.w, y.data(), acc);
+              const std::string what = std::string(dtype_name(dt)) + " m=" + std::to_string(m) +
+                                       " k=" + std::to_string(k) + " n=" + std::to_string(n) +
+                                       " acc=" + std::to_string(acc) +
+                                       " threads=" + std::to_string(pool.size());
+              expect_close(bound, y, acc ? ref_acc : ref, n, what);
+              if (first.empty())
+                first = y;
+              else
+                ASSERT_EQ(std::memcmp(first.data(), y.data(), y.size() * 4), 0) << what << ": differs from 1 thread";
+            }
+          }
+        }
+}
+
+TEST(Matmul, ReferenceAccumulates) {
+  const Tensor w = Tensor::owned(DType::BF16, {2, 3}, {0x80, 0x3f, 0x00, 0x40, 0x00, 0x00,    // 1 2 0
+                                                      0x00, 0x00, 0x00, 0x00, 0x80, 0xbf});  // 0 0 -1
+  const float x[3] = {1.0f, 2.0f, 3.0f};
+  float y[2] = {10.0f, 20.0f};
+  matmul_reference(x, 1, 3, w, y, true);
+  EXPECT_EQ(y[0], 15.0f);
+  EXPECT_EQ(y[1], 17.0f);
+  matmul_reference(x, 1, 3, w, y, false);
+  EXPECT_EQ(y[0], 5.0f);
+  EXPECT_EQ(y[1], -3.0f);
+}
+
+// Every supported ISA's kernels, called directly on arbitrary column ranges: each output element
+// has one summation order, so any split of the columns (and any m) gives the same bits.
+TEST(Matmul, EveryIsaIsExactAcrossColumnSplitsAndBatchRows) {
+  using detail::Isa;
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!detail::isa_supported(isa)) {
+      std::printf("[ note ] %s kernels not runnable on this CPU; skipped\n", isa == Isa::Avx512 ? "AVX-512" : "AVX2");
+      continue;
+    }
+    for (DType dt : kTypes) {
+      const int64_t m = 9, k = 77, n = 41;
+      const Case c = make_case(dt, m, k, n, 99);
+      std::vector<float> whole(static_cast<size_t>(m * n)), split(whole.size()), ref(whole.size());
+      matmul_reference(c.x.data(), m, k, c.w, ref.data());
+      const detail::MatmulArgs a{c.x.data(), m, k, n, c.w.data, dt, whole.data(), false};
+      detail::matmul_cols(isa, a, 0, n);
+      ThreadPool one(1);
+      expect_close(bounds(one, c, nullptr, m, k, n), whole, ref, n, "whole");
+      detail::MatmulArgs b = a;
+      b.y = split.data();
+      for (int64_t j0 = 0; j0 < n;) {  // ragged splits: 1, 2, 3, ... columns
+        const int64_t j1 = std::min(n, j0 + 1 + j0 % 5);
+        detail::matmul_cols(isa, b, j0, j1);
+        j0 = j1;
+      }
+      ASSERT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0) << dtype_name(dt);
+      for (int64_t i = 0; i < m; ++i) {  // decode of row i == row i of the prefill
+        std::vector<float> row(static_cast<size_t>(n));
+        const detail::MatmulArgs d{c.x.data() + i * k, 1, k, n, c.w.data, dt, row.data(), false};
+        detail::matmul_cols(isa, d, 0, n);
+        ASSERT_EQ(std::memcmp(row.data(), whole.data() + i * n, n * 4), 0) << dtype_name(dt) << " row " << i;
+      }
+    }
+  }
+}
+
+TEST(Matmul, SpecialValuesPropagate) {
+  ThreadPool pool(2);
+  const int64_t k = 20, n = 3;
+  std::vector<float> x(k, 1.0f);
+  std::vector<float> w(static_cast<size_t>(n * k), 0.5f);
+  w[5] = std::numeric_limits<float>::infinity();
+  w[k + 19] = std::numeric_limits<float>::quiet_NaN();  // in the tail step of both ISAs
+  std::vector<uint8_t> bytes(w.size() * 4);
+  std::memcpy(bytes.data(), w.data(), bytes.size());
+  const Tensor wt = Tensor::owned(DType::F32, {n, k}, std::move(bytes));
+  std::vector<float> y(n);
+  matmul(pool, x.data(), 1, k, wt, y.data());
+  EXPECT_TRUE(std::isinf(y[0]));
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_EQ(y[2], 10.0f);
+}
+
+TEST(Matmul, RejectsBadArguments) {
+  ThreadPool pool(1);
+  std::vector<float> x(8), y(8);
+  const Tensor q = Tensor::owned(DType::Q8_0, {1, 32}, std::vector<uint8_t>(34));
+  EXPECT_THROW(matmul(pool, x.data(), 1, 32, q, y.data()), Error);
+  const Tensor w = Tensor::zeros_f32({2, 4});
+  EXPECT_THROW(matmul(pool, x.data(), 1, 3, w, y.data()), Error);  // k mismatch
+  const Tensor w3 = Tensor::zeros_f32({2, 2, 2});
+  EXPECT_THROW(matmul(pool, x.data(), 1, 2, w3, y.data()), Error);
+  matmul(pool, x.data(), 0, 4, w, y.data());  // m = 0: nothing to do
+}
+
+TEST(Matmul, ReportsIsa) {
+  const std::string isa = matmul_isa();
+  EXPECT_TRUE(isa == "avx512" || isa == "avx2") << isa;
+  std::printf("[ note ] matmul kernels: %s\n", isa.c_str());
+}
+
+}  // namespace
+}  // namespace graft::runtime

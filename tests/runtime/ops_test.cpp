@@ -1,0 +1,124 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "graft/runtime/ops.h"
+
+namespace graft::runtime {
+namespace {
+
+std::vector<float> randv(int64_t n, uint32_t seed, float lo = -3.0f, float hi = 3.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// Distance in units in the last place (same-sign finite floats).
+int64_t ulps(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  return std::llabs(int64_t{ia} - ib);
+}
+
+TEST(Ops, ExpMatchesLibmWithinTwoUlp) {
+  std::vector<float> xs;
+  for (float x = -110.0f; x < 95.0f; x += 0.00731f) xs.push_back(x);
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72f, 88.7228f, -87.3f, -103.9f, -104.5f}) xs.push_back(x);
+  std::vector<float> got(xs.size());
+  exp_f32(xs.data(), got.data(), static_cast<int64_t>(xs.size()));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float want = std::exp(xs[i]);
+    if (std::isinf(want)) {
+      ASSERT_TRUE(std::isinf(got[i])) << xs[i];
+    } else if (want < std::numeric_limits<float>::min()) {  // subnormal: absolute error
+      ASSERT_LE(std::fabs(got[i] - want), 2 * std::numeric_limits<float>::denorm_min()) << xs[i];
+    } else {
+      ASSERT_LE(ulps(got[i], want), 2) << "exp(" << xs[i] << ") = " << got[i] << ", want " << want;
+    }
+  }
+  const float special[3] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()};
+  float out[3];
+  exp_f32(special, out, 3);
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_TRUE(std::isinf(out[1]) && out[1] > 0);
+  EXPECT_EQ(out[2], 0.0f);
+}
+
+TEST(Ops, RmsNormMatchesDoubleReference) {
+  for (int64_t n : {1, 7, 8, 9, 64, 576, 577}) {
+    const auto x = randv(n, 1), w = randv(n, 2, 0.5f, 1.5f);
+    std::vector<float> out(static_cast<size_t>(n)), inplace = x;
+    rms_norm(x.data(), w.data(), n, 1e-5f, out.data());
+    rms_norm(inplace.data(), w.data(), n, 1e-5f, inplace.data());
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double r = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(out[i], x[i] * r * w[i], 4e-6 * std::fabs(x[i] * r * w[i]) + 1e-7) << n << " " << i;
+      EXPECT_EQ(out[i], inplace[i]);
+    }
+  }
+}
+
+TEST(Ops, SiluMul) {
+  for (int64_t n : {0, 1, 5, 8, 13, 1536}) {
+    auto g = randv(n, 3, -20.0f, 20.0f);
+    if (n > 1) { g[0] = -200.0f; g[1] = 200.0f; }
+    const auto u = randv(n, 4);
+    std::vector<float> out(static_cast<size_t>(n));
+    silu_mul(g.data(), u.data(), n, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = g[i] / (1.0 + std::exp(-double(g[i]))) * u[i];
+      EXPECT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 1e-30) << g[i];
+    }
+  }
+}
+
+TEST(Ops, Softmax) {
+  for (int64_t n : {1, 3, 8, 11, 100}) {
+    auto x = randv(n, 5, -10.0f, 10.0f);
+    if (n > 2) x[1] = -std::numeric_limits<float>::infinity();  // masked position
+    std::vector<float> s = x;
+    softmax(s.data(), n);
+    double mx = -1e300, sum = 0;
+    for (float v : x) mx = std::max(mx, double(v));
+    for (float v : x) sum += std::exp(double(v) - mx);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(s[i], std::exp(double(x[i]) - mx) / sum, 1e-6);
+    if (n > 2) {
+      EXPECT_EQ(s[1], 0.0f);
+    }
+  }
+  std::vector<float> all(5, -std::numeric_limits<float>::infinity());
+  softmax(all.data(), 5);
+  for (float v : all) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(Ops, AddAxpyScaleDot) {
+  for (int64_t n = 0; n <= 70; ++n) {
+    const auto a = randv(n, 6), b = randv(n, 7);
+    std::vector<float> s = a, ax = b, sc = a;
+    add(s.data(), b.data(), n);
+    axpy(0.5f, a.data(), ax.data(), n);
+    scale(sc.data(), -2.0f, n);
+    double d = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(s[i], a[i] + b[i]);
+      EXPECT_EQ(ax[i], std::fma(0.5f, a[i], b[i]));
+      EXPECT_EQ(sc[i], a[i] * -2.0f);
+      d += double(a[i]) * b[i];
+      mag += std::fabs(double(a[i]) * b[i]);
+    }
+    EXPECT_NEAR(dot(a.data(), b.data(), n), d, 1e-6 * mag + 1e-30) << n;
+  }
+}
+
+}  // namespace
+}  // namespace graft::runtime
