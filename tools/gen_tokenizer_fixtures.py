@@ -23,6 +23,8 @@ Fixtures:
   tiny_bpe_smollm tiny_bpe's model with Digits(individual) + ByteLevel (SmolLM2 / StarCoder)
   tiny_bpe_qwen2  tiny_bpe's model with the NFC normalizer, the Qwen2 Split regex, ignore_merges, a
                   TemplateProcessing post-processor that prepends <|endoftext|>
+  tiny_bpe_punct  tiny_bpe's model with WhitespaceSplit + Punctuation(contiguous) + Digits +
+                  ByteLevel(add_prefix_space=true)
   tiny_spm_metaspace  tiny_spm's model with the legacy Metaspace pre-tokenizer/decoder layout
 """
 import json
@@ -274,6 +276,13 @@ def main():
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)]))
     save("tiny_bpe_smollm", smollm)
+
+    punct = bpe_variant(bpe_json, pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(),
+        pre_tokenizers.Punctuation(behavior="contiguous"),
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)]))
+    save("tiny_bpe_punct", punct)
 
     def qwen_mutate(j):
         j["normalizer"] = {"type": "NFC"}

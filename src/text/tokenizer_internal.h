@@ -70,7 +70,8 @@ class Regex {
 
  private:
   // Next match at or after `start`; false when there is none.
-  bool find(std::string_view s, size_t start, size_t& mstart, size_t& mend) const;
+  bool find(std::string_view s, size_t start, size_t& mstart, size_t& mend,
+            void* match_data) const;
   std::string pattern_;
   void* code_ = nullptr;  // pcre2_code_8*
 };

@@ -246,6 +246,18 @@ void parse_pretokenizer(Ctx& c, const json& p, const std::string& field) {
     st.add_prefix_space = c.flag(p, "add_prefix_space", field, true);
     st.use_regex = c.flag(p, "use_regex", field, true);
     c.byte_level = true;
+  } else if (type == "Punctuation") {
+    // HF: each ASCII or Unicode punctuation character is a match (PCRE2 UCP [:punct:] is \p{P}
+    // plus the ASCII symbols, i.e. Rust's is_ascii_punctuation || is_punctuation).
+    st.kind = PreStep::Split;
+    st.re = std::make_shared<Regex>("[[:punct:]]");
+    st.behavior = parse_behavior(c, c.str(p, "behavior", field, "Isolated"), field + ".behavior");
+  } else if (type == "WhitespaceSplit") {
+    st.kind = PreStep::Split;  // split on Unicode White_Space characters, dropping them
+    st.re = std::make_shared<Regex>(
+        "[\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
+        "\\x{205F}\\x{3000}]");
+    st.behavior = SplitBehavior::Removed;
   } else if (type == "Digits") {
     st.kind = PreStep::Digits;
     st.individual_digits = c.flag(p, "individual_digits", field, false);

@@ -51,18 +51,18 @@ Regex::Regex(std::string_view pattern, bool literal) : pattern_(pattern) {
 
 Regex::~Regex() { pcre2_code_free(as_code(code_)); }
 
-bool Regex::find(std::string_view s, size_t start, size_t& mstart, size_t& mend) const {
-  // One match data per call keeps matching thread-safe; it is small.
-  MatchData m(as_code(code_));
+bool Regex::find(std::string_view s, size_t start, size_t& mstart, size_t& mend,
+                 void* match_data) const {
+  auto* md = static_cast<pcre2_match_data*>(match_data);
   auto subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   uint32_t opts = start > 0 ? PCRE2_NO_UTF_CHECK : 0;
-  int rc = pcre2_match(as_code(code_), subject, s.size(), start, opts, m.md, nullptr);
+  int rc = pcre2_match(as_code(code_), subject, s.size(), start, opts, md, nullptr);
   if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
-    rc = pcre2_match(as_code(code_), subject, s.size(), start, opts | PCRE2_NO_JIT, m.md, nullptr);
+    rc = pcre2_match(as_code(code_), subject, s.size(), start, opts | PCRE2_NO_JIT, md, nullptr);
   }
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) fail("regex '", pattern_, "': match failed: ", pcre2_message(rc));
-  PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
+  PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
   mstart = ov[0];
   mend = ov[1];
   return true;
@@ -70,8 +70,10 @@ bool Regex::find(std::string_view s, size_t start, size_t& mstart, size_t& mend)
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view s) const {
   std::vector<std::pair<size_t, size_t>> out;
+  // One match data per call keeps matching thread-safe; it is small.
+  MatchData m(as_code(code_));
   size_t pos = 0, a = 0, b = 0;
-  while (pos <= s.size() && find(s, pos, a, b)) {
+  while (pos <= s.size() && find(s, pos, a, b, m.md)) {
     out.emplace_back(a, b);
     if (b > a) {
       pos = b;

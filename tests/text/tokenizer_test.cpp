@@ -59,7 +59,8 @@ std::string error_of(F&& f) {
 }
 
 const char* const kFixtures[] = {"tiny_bpe",       "tiny_spm",        "tiny_bpe_gpt2",
-                                 "tiny_bpe_smollm", "tiny_bpe_qwen2", "tiny_spm_metaspace"};
+                                 "tiny_bpe_smollm", "tiny_bpe_qwen2", "tiny_spm_metaspace",
+                                 "tiny_bpe_punct"};
 
 }  // namespace
 

@@ -328,6 +328,10 @@ Value f_round(const Value& v, const CallArgs& a) {
     if (!v.is_float()) return Value::integer(v.as_int());  // round(int, n) stays an int for n >= 0
     double d = v.as_double();
     if (prec == 0) return Value::number(std::nearbyint(d));
+    if (prec < 0) {  // round(1234.5, -2) == 1200.0 (half to even on the scaled value)
+      double scale = std::pow(10.0, static_cast<double>(-prec));
+      return Value::number(std::nearbyint(d / scale) * scale);
+    }
     char buf[512];
     std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::clamp<int64_t>(prec, 0, 300)), d);
     return Value::number(std::strtod(buf, nullptr));
@@ -335,6 +339,18 @@ Value f_round(const Value& v, const CallArgs& a) {
   double scale = std::pow(10.0, static_cast<double>(prec));
   double x = v.as_double() * scale;
   return Value::number((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+}
+
+Value f_attr(const Value& v, const CallArgs& a) {
+  // jinja2's attr() looks up attributes only, never items: {'a': 1}|attr('a') is undefined.
+  Bound b = bind(a, "attr", {"name"}, 1);
+  require_defined(v);
+  std::string name = b[0].str();
+  Value m = find_method(v, name);
+  if (!m.is_undefined()) return m;
+  if (v.is_namespace() || (v.is_dict() && v.as_dict().kind == DictKind::Loop))
+    if (const Value* found = v.as_dict().find(name)) return *found;
+  return Value::undefined("'" + v.type_name() + " object' has no attribute '" + name + "'");
 }
 
 Value f_safe(const Value& v, const CallArgs& a) {
@@ -423,7 +439,7 @@ Value f_rejectattr(const Value& v, const CallArgs& a) { return select_impl(v, a,
 
 const std::map<std::string, FilterFn, std::less<>>& registry() {
   static const std::map<std::string, FilterFn, std::less<>> filters = {
-      {"abs", f_abs},         {"capitalize", f_capitalize}, {"count", f_length},   {"d", f_default},
+      {"abs", f_abs},         {"attr", f_attr},             {"capitalize", f_capitalize}, {"count", f_length},   {"d", f_default},
       {"default", f_default}, {"dictsort", f_dictsort},     {"e", f_escape},       {"escape", f_escape},
       {"first", f_first},     {"float", f_float},           {"indent", f_indent},  {"int", f_int},
       {"items", f_items},     {"join", f_join},             {"last", f_last},      {"length", f_length},
@@ -441,7 +457,7 @@ const std::map<std::string, FilterFn, std::less<>>& registry() {
 Support filter_status(std::string_view name) {
   if (registry().count(name)) return Support::Yes;
   static const std::set<std::string, std::less<>> jinja_builtins = {
-      "attr", "batch", "center", "filesizeformat", "forceescape", "format", "groupby", "pprint", "random",
+      "batch", "center", "filesizeformat", "forceescape", "format", "groupby", "pprint", "random",
       "slice", "striptags", "truncate", "unsafe", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr"};
   return jinja_builtins.count(name) ? Support::Unsupported : Support::Unknown;
 }

@@ -188,7 +188,9 @@ std::string float_repr(double d) {
   int decpt = exp + 1;  // position of the decimal point relative to the digits
   if (decpt > -4 && decpt <= 16) {
     if (decpt <= 0) {
-      out += "0." + std::string(static_cast<size_t>(-decpt), '0') + digits;
+      out += "0.";
+      out.append(static_cast<size_t>(-decpt), '0');
+      out += digits;
     } else if (static_cast<size_t>(decpt) >= digits.size()) {
       out += digits + std::string(decpt - digits.size(), '0') + ".0";
     } else {
@@ -196,7 +198,10 @@ std::string float_repr(double d) {
     }
   } else {
     out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) {
+      out += '.';
+      out.append(digits, 1);
+    }
     char eb[16];
     std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     out += eb;
