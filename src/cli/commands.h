@@ -8,5 +8,7 @@ namespace graft::cli {
 using Runner = std::function<int()>;
 
 Runner add_generate_command(CLI::App& app);
+Runner add_inspect_command(CLI::App& app);
+Runner add_fuse_command(CLI::App& app);
 
 }  // namespace graft::cli

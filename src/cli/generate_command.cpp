@@ -24,6 +24,7 @@ struct GenerateArgs {
   runtime::SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  std::string dtype;
 };
 
 std::string read_file(const std::string& path) {
@@ -43,6 +44,12 @@ int run_generate(const GenerateArgs& a) {
     ProgressBar bar("loading");
     model::LoadOptions opts;
     opts.progress = [&](int64_t d, int64_t t) { bar.update(d, t); };
+    if (!a.dtype.empty()) {
+      if (a.dtype == "f32" || a.dtype == "F32") opts.weight_dtype = DType::F32;
+      else if (a.dtype == "f16" || a.dtype == "F16") opts.weight_dtype = DType::F16;
+      else if (a.dtype == "bf16" || a.dtype == "BF16") opts.weight_dtype = DType::BF16;
+      else fail("--dtype '", a.dtype, "' is not one of F32, F16, BF16");
+    }
     return model::load_model(a.model, opts);
   }();
   const text::Tokenizer& tok = m.tokenizer;
@@ -84,9 +91,15 @@ int run_generate(const GenerateArgs& a) {
   std::fflush(stdout);
   const double pp = r.prompt_seconds > 0 ? r.prompt_tokens / r.prompt_seconds : 0;
   const double tg = r.decode_seconds > 0 ? r.tokens.size() / r.decode_seconds : 0;
-  std::fprintf(stderr, "prompt: %lld tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s | stop: %s | threads: %d\n",
+  // Bytes of weight matrices one decode step streams (the bandwidth ceiling's numerator).
+  int64_t step_bytes = m.weights.lm_head.nbytes();
+  for (const auto& L : m.weights.layers)
+    for (const Tensor* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) step_bytes += t->nbytes();
+  std::fprintf(stderr,
+               "prompt: %lld tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s | stop: %s | threads: %d | "
+               "weights read per token: %.1f MB\n",
                static_cast<long long>(r.prompt_tokens), pp, r.tokens.size(), tg, runtime::stop_reason_name(r.reason),
-               pool.size());
+               pool.size(), step_bytes / 1e6);
   return 0;
 }
 
@@ -114,6 +127,8 @@ Runner add_generate_command(CLI::App& app) {
   app.add_option("-s,--seed", a->sampling.seed, "Random seed for reproducible sampling")->capture_default_str();
   app.add_option("--stop", a->stop, "Stop when this string appears (repeatable; not printed)");
   app.add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
+  app.add_option("--dtype", a->dtype,
+                 "Convert weight matrices at load: F32 | F16 | BF16 (default: as stored; GGUF block types become F32)");
   app.add_option("-t,--threads", a->threads, "Worker threads (0 = all cores)")->capture_default_str();
   app.add_option("-c,--ctx-size", a->ctx_size, "Context size in tokens (0 = min(4096, the model's maximum))")
       ->capture_default_str();

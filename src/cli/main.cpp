@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, graft::cli::Runner> runners;
   auto* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it to stdout");
   runners[gen] = graft::cli::add_generate_command(*gen);
+  auto* inspect = app.add_subcommand("inspect", "Show what an adapter contains and, with --base, what it changes");
+  runners[inspect] = graft::cli::add_inspect_command(*inspect);
+  auto* fuse = app.add_subcommand("fuse", "Merge adapters into a base checkpoint and write a safetensors checkpoint");
+  runners[fuse] = graft::cli::add_fuse_command(*fuse);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

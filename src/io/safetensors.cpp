@@ -65,6 +65,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     const std::string& name = it.key();
     const std::string ctx = "safetensors '" + path + "' tensor '" + name + "'";
     if (name == "__metadata__") {
+      if (it->is_null()) continue;  // mlx writes null; the reference reader accepts it
       if (!it->is_object()) fail("safetensors '", path, "': __metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) fail("safetensors '", path, "': __metadata__ value '", m.key(), "' is not a string");
@@ -131,32 +132,86 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
   return t;
 }
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+std::string build_header(const std::vector<SafetensorsWriter::Declared>& tensors,
+                         const std::map<std::string, std::string>& metadata, const std::string& path) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    if (header.contains(name)) fail("write_safetensors '", path, "': duplicate tensor name '", name, "'");
-    const uint64_t nb = static_cast<uint64_t>(t.nbytes());
-    header[name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + nb}}};
+  for (const auto& t : tensors) {
+    if (header.contains(t.name)) fail("safetensors writer '", path, "': duplicate tensor name '", t.name, "'");
+    const uint64_t nb = static_cast<uint64_t>(dtype_bytes(t.dtype, shape_numel(t.shape)));
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + nb}}};
     offset += nb;
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // align the data section to 8 bytes, as the reference writer does
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot write '", tmp, "'");
-    uint64_t n = h.size();
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& [name, t] : tensors) out.write(static_cast<const char*>(t.data), t.nbytes());
-    if (!out) fail("write to '", tmp, "' failed (disk full?)");
+  return h;
+}
+}  // namespace
+
+struct SafetensorsWriter::Impl {
+  std::string path, tmp;
+  std::vector<Declared> tensors;
+  size_t next = 0;
+  std::ofstream out;
+  bool finished = false;
+};
+
+SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<Declared> tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->path = std::move(path);
+  impl_->tmp = impl_->path + ".tmp";
+  impl_->tensors = std::move(tensors);
+  const std::string h = build_header(impl_->tensors, metadata, impl_->path);
+  impl_->out.open(impl_->tmp, std::ios::binary | std::ios::trunc);
+  if (!impl_->out) fail("cannot write '", impl_->tmp, "'");
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * i));
+  impl_->out.write(reinterpret_cast<const char*>(len), 8);
+  impl_->out.write(h.data(), static_cast<std::streamsize>(h.size()));
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (!impl_->finished) {
+    impl_->out.close();
+    std::error_code ec;
+    std::filesystem::remove(impl_->tmp, ec);
   }
-  std::filesystem::rename(tmp, path);
+}
+
+uint64_t SafetensorsWriter::header_bytes(const std::vector<Declared>& tensors, const std::map<std::string, std::string>& metadata) {
+  return 8 + build_header(tensors, metadata, "").size();
+}
+
+void SafetensorsWriter::write(const Tensor& t) {
+  if (impl_->next >= impl_->tensors.size()) fail("safetensors writer '", impl_->path, "': more tensors than declared");
+  const Declared& d = impl_->tensors[impl_->next];
+  if (t.dtype != d.dtype || t.shape != d.shape)
+    fail("safetensors writer '", impl_->path, "': tensor '", d.name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
+         ", declared ", dtype_name(d.dtype), " ", shape_str(d.shape));
+  impl_->out.write(static_cast<const char*>(t.data), t.nbytes());
+  if (!impl_->out) fail("write to '", impl_->tmp, "' failed (disk full?)");
+  ++impl_->next;
+}
+
+void SafetensorsWriter::finish() {
+  if (impl_->next != impl_->tensors.size())
+    fail("safetensors writer '", impl_->path, "': ", impl_->next, " of ", impl_->tensors.size(), " tensors written");
+  impl_->out.close();
+  if (!impl_->out) fail("closing '", impl_->tmp, "' failed");
+  std::filesystem::rename(impl_->tmp, impl_->path);
+  impl_->finished = true;
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Declared> declared;
+  for (const auto& [name, t] : tensors) declared.push_back({name, t.dtype, t.shape});
+  SafetensorsWriter w(path, declared, metadata);
+  for (const auto& [name, t] : tensors) w.write(t);
+  w.finish();
 }
 
 }  // namespace graft::io

@@ -104,7 +104,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
     fail("model '", path, "': tokenizer has ", tok->vocab_size(), " tokens but the embedding has only ",
          src.config.vocab_size, " rows");
   if (src.config.eos_token_ids.empty() && tok->eos_id()) src.config.eos_token_ids.push_back(*tok->eos_id());
-  ModelWeights w = load_weights(src.config, *src.source, options.progress);
+  ModelWeights w = load_weights(src.config, *src.source, options.progress, options.weight_dtype);
   return LoadedModel{path, src.format, src.config, src.source, std::move(w), std::move(*tok), chat_template};
 }
 

@@ -40,7 +40,15 @@ struct Loader {
   }
 };
 
-Tensor read_matrix(const io::TensorSource& s, const std::string& name) { return s.read(name); }
+Tensor read_matrix(const io::TensorSource& s, const std::string& name, std::optional<DType> dtype) {
+  Tensor t = s.read(name);
+  if (!dtype || t.dtype == *dtype) return t;
+  Tensor f = to_f32(t);
+  if (*dtype == DType::F32) return f;
+  std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(*dtype, t.numel())));
+  convert_from_f32(f.as<float>(), *dtype, bytes.data(), t.numel());
+  return Tensor::owned(*dtype, t.shape, std::move(bytes));
+}
 Tensor read_vector_f32(const io::TensorSource& s, const std::string& name) { return to_f32(s.read(name)); }
 
 // Tensors some checkpoints carry that hold no weights the model needs (recomputed buffers).
@@ -51,7 +59,10 @@ bool ignorable(const std::string& name) {
 
 }  // namespace
 
-ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, const LoadProgress& progress) {
+ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, const LoadProgress& progress,
+                          std::optional<DType> weight_dtype) {
+  if (weight_dtype && *weight_dtype != DType::F32 && *weight_dtype != DType::F16 && *weight_dtype != DType::BF16)
+    fail("weight dtype must be F32, F16 or BF16, not ", dtype_name(*weight_dtype));
   Loader ld{source, {}, {}};
   const Shape embed_shape = {c.vocab_size, c.hidden_size};
   ld.check(kEmbedName, embed_shape, true);
@@ -84,7 +95,7 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
   int64_t done = 0;
   auto tick = [&] { if (progress) progress(++done, total); };
   ModelWeights w;
-  w.embed = read_matrix(source, kEmbedName);
+  w.embed = read_matrix(source, kEmbedName, weight_dtype);
   tick();
   w.final_norm = read_vector_f32(source, kFinalNormName);
   tick();
@@ -97,17 +108,17 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
         fail(source.describe(), ": tie_word_embeddings is true but lm_head.weight differs from the embedding");
     }
   } else {
-    w.lm_head = read_matrix(source, kLmHeadName);
+    w.lm_head = read_matrix(source, kLmHeadName, weight_dtype);
   }
   tick();
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights L;
     auto name = [&](LayerTensor r) { return hf_layer_tensor_name(i, r); };
     L.attn_norm = read_vector_f32(source, name(LayerTensor::AttnNorm));
-    L.q = read_matrix(source, name(LayerTensor::Q));
-    L.k = read_matrix(source, name(LayerTensor::K));
-    L.v = read_matrix(source, name(LayerTensor::V));
-    L.o = read_matrix(source, name(LayerTensor::O));
+    L.q = read_matrix(source, name(LayerTensor::Q), weight_dtype);
+    L.k = read_matrix(source, name(LayerTensor::K), weight_dtype);
+    L.v = read_matrix(source, name(LayerTensor::V), weight_dtype);
+    L.o = read_matrix(source, name(LayerTensor::O), weight_dtype);
     if (c.attention_bias) {
       L.q_bias = read_vector_f32(source, name(LayerTensor::QBias));
       L.k_bias = read_vector_f32(source, name(LayerTensor::KBias));
@@ -118,9 +129,9 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
       L.k_norm = read_vector_f32(source, name(LayerTensor::KNorm));
     }
     L.mlp_norm = read_vector_f32(source, name(LayerTensor::MlpNorm));
-    L.gate = read_matrix(source, name(LayerTensor::Gate));
-    L.up = read_matrix(source, name(LayerTensor::Up));
-    L.down = read_matrix(source, name(LayerTensor::Down));
+    L.gate = read_matrix(source, name(LayerTensor::Gate), weight_dtype);
+    L.up = read_matrix(source, name(LayerTensor::Up), weight_dtype);
+    L.down = read_matrix(source, name(LayerTensor::Down), weight_dtype);
     w.layers.push_back(std::move(L));
     tick();
   }

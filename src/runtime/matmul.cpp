@@ -46,10 +46,9 @@ void matmul_cols(Isa isa, const MatmulArgs& a, int64_t j0, int64_t j1) {
     matmul_cols_avx2(a, j0, j1);
 }
 
-int64_t prefill_row_block(int64_t k) {
-  // ~256 KiB of x per block: well inside Zen 4's 1 MiB L2 next to the weight tile and y.
-  const int64_t rows = (256 * 1024) / (4 * std::max<int64_t>(k, 1));
-  return std::max<int64_t>(8, rows & ~int64_t{3});
+int64_t prefill_col_block(int64_t k, int64_t elem_bytes, int64_t nr) {
+  const int64_t rows = (256 * 1024) / std::max<int64_t>(1, k * elem_bytes);
+  return std::max<int64_t>(nr, rows / nr * nr);
 }
 
 }  // namespace detail

@@ -35,8 +35,8 @@ void matmul_cols(Isa isa, const MatmulArgs& a, int64_t j0, int64_t j1);
 void matmul_cols_avx2(const MatmulArgs& a, int64_t j0, int64_t j1);
 void matmul_cols_avx512(const MatmulArgs& a, int64_t j0, int64_t j1);
 
-// Rows of x processed per pass over a weight tile in prefill: enough rows that the x block stays
-// in L2 while the weight tile streams once per block.
-int64_t prefill_row_block(int64_t k);
+// Weight rows per prefill column group: a multiple of `nr` whose k * elem_bytes-byte rows fill
+// about a quarter of Zen 4's 1 MiB L2, leaving room for the x rows streaming past.
+int64_t prefill_col_block(int64_t k, int64_t elem_bytes, int64_t nr);
 
 }  // namespace graft::runtime::detail

@@ -226,6 +226,9 @@ TEST(ChatTemplate, UnknownAndUnsupportedConstructsAreErrors) {
   EXPECT_NE(e.find("tag 'include' is not supported"), std::string::npos) << e;
   e = parse_error("{% frob %}");
   EXPECT_NE(e.find("unknown or unexpected tag 'frob'"), std::string::npos) << e;
+  e = parse_error("{% macro m() %}\n{{ varargs | length }}{% endmacro %}");
+  EXPECT_NE(e.find("uses 'varargs'"), std::string::npos) << e;
+  EXPECT_NE(e.find("line 2"), std::string::npos) << e;
   e = parse_error("{% for x in y recursive %}{% endfor %}");
   EXPECT_NE(e.find("recursive"), std::string::npos) << e;
   e = render_error("\n{{ 'abc'.zfill(5) }}");
@@ -283,6 +286,12 @@ TEST(ChatTemplate, RenderJsonKeepsKeyOrderAndExtraFields) {
 }
 
 TEST(ChatTemplate, DeepRecursionIsAnErrorNotACrash) {
+  EXPECT_NE(parse_error("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"),
+            std::string::npos);
+  EXPECT_NE(parse_error("{{ " + std::string(5000, '-') + "1 }}").find("nested too deeply"), std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
+  EXPECT_NE(parse_error(ifs).find("nested too deeply"), std::string::npos);
   std::string e = render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   EXPECT_NE(e.find("recursion"), std::string::npos) << e;
 }

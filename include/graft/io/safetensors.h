@@ -42,6 +42,31 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// Streams a safetensors file tensor by tensor, so a writer holds at most one tensor in memory:
+// the header is written from the declared names/dtypes/shapes, then write() is called for each in
+// the declared order. Output goes to path + ".tmp" and is renamed by finish(); a writer destroyed
+// before finish() removes the temporary file, so a failure never leaves a truncated checkpoint.
+class SafetensorsWriter {
+ public:
+  struct Declared {
+    std::string name;
+    DType dtype;
+    Shape shape;
+  };
+  SafetensorsWriter(std::string path, std::vector<Declared> tensors, const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  void write(const Tensor& t);  // the next declared tensor; dtype and shape must match
+  void finish();
+  static uint64_t header_bytes(const std::vector<Declared>& tensors, const std::map<std::string, std::string>& metadata);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Writes tensors (F32/F16/BF16/int types) in the given order, with optional __metadata__. The file
 // is written to path + ".tmp" and renamed, so a failed write never leaves a truncated checkpoint.
 void write_safetensors(const std::string& path,

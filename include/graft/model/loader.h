@@ -25,6 +25,7 @@ struct LoadedModel {
 
 struct LoadOptions {
   LoadProgress progress;
+  std::optional<DType> weight_dtype;  // convert matrices at load (e.g. BF16 to halve bandwidth)
 };
 
 // A source and config without weights or tokenizer, for tools that only inspect.

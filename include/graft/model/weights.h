@@ -3,6 +3,7 @@
 // biases are small and converted to F32.
 #pragma once
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "graft/core/tensor.h"
@@ -32,7 +33,9 @@ using LoadProgress = std::function<void(int64_t, int64_t)>;
 
 // Reads and validates every tensor the config calls for: presence, dtype, shape. All problems are
 // collected and reported in one error; tensors the model would not use are refused, not skipped.
+// weight_dtype: convert every matrix to this dtype (F32/F16/BF16) at load; unset keeps each
+// matrix as stored (zero-copy).
 ModelWeights load_weights(const ModelConfig& config, const io::TensorSource& source,
-                          const LoadProgress& progress = nullptr);
+                          const LoadProgress& progress = nullptr, std::optional<DType> weight_dtype = std::nullopt);
 
 }  // namespace graft::model

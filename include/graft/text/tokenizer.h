@@ -51,11 +51,20 @@ class Tokenizer {
  public:
   static Tokenizer from_spec(TokenizerSpec spec);
   // Reads tokenizer.json (and, if given, tokenizer_config.json for bos/eos/add_bos_token).
+  // Supported: model BPE (merges as "a b" or ["a","b"], byte_fallback, fuse_unk, ignore_merges);
+  // normalizers Sequence/Prepend/Replace/NFC; pre-tokenizers Sequence/Split/ByteLevel/Digits/
+  // Metaspace/Punctuation/WhitespaceSplit; post-processors TemplateProcessing/ByteLevel/Sequence/
+  // Roberta/Bert; decoders Sequence/ByteLevel/Replace/ByteFallback/Fuse/Strip/Metaspace. Anything
+  // else, a missing or malformed file or an id out of range throws graft::Error naming the file and
+  // field. A post-processor template in tokenizer.json decides add_bos (and its BOS id); without
+  // one, add_bos_token / add_eos_token of tokenizer_config.json do.
   static Tokenizer from_files(const std::string& tokenizer_json,
                               const std::string& tokenizer_config_json = "");
 
-  // Encodes text. With parse_special, special added tokens in the text become their ids.
-  // add_bos follows the spec (true for Llama-2/3 style models) unless overridden.
+  // Encodes text. With parse_special, special added tokens in the text become their ids
+  // (non-special added tokens always do). add_bos follows the spec / tokenizer files (true for
+  // Llama-2/3 style models) unless overridden; an explicit false also drops template suffix ids
+  // (HF add_special_tokens=False). Invalid UTF-8 in `text` is encoded as U+FFFD.
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true,
                               std::optional<bool> add_bos = std::nullopt) const;
   // The raw bytes of one token (byte-level / ▁ / <0xXX> decoded); special tokens give their text.
@@ -84,7 +93,10 @@ class Tokenizer {
 };
 
 // Streaming decoder: feed ids one at a time; returns only complete UTF-8 characters, holding back
-// an incomplete tail until the next token completes it (flush() returns what is left).
+// an incomplete tail until the next token completes it (flush() returns what is left). Bytes that
+// can no longer form a character come out as U+FFFD as soon as that is certain. It concatenates
+// token_bytes(), so unlike decode() it keeps the space of a leading SentencePiece "▁" (a stream
+// continues a prompt).
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}

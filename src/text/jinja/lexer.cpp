@@ -386,6 +386,7 @@ class Lexer {
     if (std::string_view("+-/*%~[](){}><=.:|,;").find(c) == std::string_view::npos)
       error_at(p, std::string("unexpected char '") + c + "'");
     if (c == '(' || c == '[' || c == '{') {
+      if (balance.size() >= 200) error_at(p, "brackets nested too deeply");
       balance.push_back(c == '(' ? ')' : c == '[' ? ']' : '}');
     } else if (c == ')' || c == ']' || c == '}') {
       if (balance.empty()) error_at(p, std::string("unexpected '") + c + "'");

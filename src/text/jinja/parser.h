@@ -21,6 +21,7 @@ class Parser {
   std::vector<Token> toks_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int unary_depth_ = 0;  // bounds `- - - x` / `not not x` recursion
   std::vector<std::string> open_tags_;  // for "missing end tag" messages
 
   // token stream

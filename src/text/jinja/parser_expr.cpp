@@ -123,8 +123,19 @@ ExprPtr Parser::parse_and() {
   return left;
 }
 
+namespace {
+struct DepthGuard {
+  int& depth;
+  DepthGuard(int& d, const Token& at) : depth(d) {
+    if (++depth > 200) syntax_fail(at.line, at.col, "expression nested too deeply");
+  }
+  ~DepthGuard() { --depth; }
+};
+}  // namespace
+
 ExprPtr Parser::parse_not() {
   if (is_name("not")) {
+    DepthGuard guard(unary_depth_, cur());
     int line = next().line;
     auto e = std::make_unique<Expr>(Expr::Kind::Unary, line);
     e->name = "not";
@@ -205,6 +216,7 @@ ExprPtr Parser::parse_unary(bool with_filter) {
   int line = cur().line;
   ExprPtr node;
   if (is_op("-") || is_op("+")) {
+    DepthGuard guard(unary_depth_, cur());
     auto e = std::make_unique<Expr>(Expr::Kind::Unary, line);
     e->name = next().text;
     e->args.push_back(parse_unary(false));

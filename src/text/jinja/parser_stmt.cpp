@@ -2,6 +2,8 @@
 #include "text/jinja/builtins.h"
 #include "text/jinja/parser.h"
 
+#include <algorithm>
+
 namespace graft::text::jinja {
 
 Body Parser::parse_template() { return subparse({}); }
@@ -51,6 +53,7 @@ NodePtr Parser::parse_statement() {
   const Token& t = cur();
   if (t.type != Tok::Name) error(t, "tag name expected, got " + describe(t));
   const std::string& tag = t.text;
+  if (open_tags_.size() >= 200) error(t, "blocks nested too deeply");
   open_tags_.push_back(tag);
   NodePtr node;
   if (tag == "for") {
@@ -165,6 +168,39 @@ NodePtr Parser::parse_set() {
   return node;
 }
 
+namespace {
+
+// The first use of a name in a subtree, or nullptr.
+const Expr* find_name(const Expr* e, const std::string& name) {
+  if (!e) return nullptr;
+  if (e->kind == Expr::Kind::Name && e->name == name) return e;
+  for (const auto& a : e->args)
+    if (const Expr* hit = find_name(a.get(), name)) return hit;
+  for (const auto& kv : e->kwargs)
+    if (const Expr* hit = find_name(kv.second.get(), name)) return hit;
+  return nullptr;
+}
+
+const Expr* find_name(const Body& body, const std::string& name) {
+  for (const auto& n : body) {
+    for (const Expr* e : {n->expr.get(), n->cond.get()})
+      if (const Expr* hit = find_name(e, name)) return hit;
+    for (const auto& c : n->conds)
+      if (const Expr* hit = find_name(c.get(), name)) return hit;
+    for (const auto& d : n->defaults)
+      if (const Expr* hit = find_name(d.get(), name)) return hit;
+    for (const auto& a : n->assigns)
+      if (const Expr* hit = find_name(a.second.get(), name)) return hit;
+    for (const Body* b : {&n->body, &n->else_body})
+      if (const Expr* hit = find_name(*b, name)) return hit;
+    for (const auto& b : n->bodies)
+      if (const Expr* hit = find_name(b, name)) return hit;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 NodePtr Parser::parse_macro() {
   auto node = std::make_unique<Node>(Node::Kind::Macro, next().line);
   node->name = expect_name().text;
@@ -185,6 +221,13 @@ NodePtr Parser::parse_macro() {
   loop_depth_ = 0;
   node->body = parse_statements({"endmacro"}, true);
   loop_depth_ = saved_depth;
+  // jinja2 gives macros that mention these special variables extra behaviour graft lacks.
+  for (const char* special : {"varargs", "kwargs", "caller"}) {
+    bool is_param = std::find(node->params.begin(), node->params.end(), special) != node->params.end();
+    if (const Expr* hit = is_param ? nullptr : find_name(node->body, special))
+      syntax_fail(hit->line, 1, "macro '" + node->name + "' uses '" + special +
+                                    "', which graft's chat templates do not support");
+  }
   return node;
 }
 

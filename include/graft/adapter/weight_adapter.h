@@ -1,0 +1,99 @@
+// WeightAdapter: the one normalized form every adapter file is imported into (mlx-lm native,
+// Hugging Face PEFT, ComfyUI/kohya/A1111, LyCORIS and PEFT LoKr). Importers are the only code that
+// knows file conventions; everything downstream sees targets, factors and resolved scales.
+//
+// Goals: exact semantics of each ecosystem (scale rules resolved at import, orientation
+// normalized), refusal of anything graft cannot apply exactly, naming the file, tensor and reason.
+// Non-goals: model knowledge (target names stay as the file spells them; bindings map them).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "graft/core/tensor.h"
+
+namespace graft::adapter {
+
+enum class AdapterFormat { MlxLm, Peft, Kohya, Lycoris };
+const char* format_name(AdapterFormat f);
+
+// ΔW = scale · B·A with A = [r, in], B = [out, r] (PEFT orientation; mlx-lm files are transposed at
+// import). Factors keep their file dtype (F32/F16/BF16) and are read in F32 when merging.
+struct LowRankUpdate {
+  Tensor a;  // [r, in]
+  Tensor b;  // [out, r]
+  float scale = 1.0f;
+};
+
+// ΔW = scale · kron(W1, W2), W1 = [p, q] and W2 = [m, n] giving ΔW = [p·m, q·n]. Each factor is
+// either full (w1) or a low-rank product (w1_a [p, r] · w1_b [r, q]); an empty Tensor means absent.
+struct KroneckerUpdate {
+  Tensor w1, w1_a, w1_b;
+  Tensor w2, w2_a, w2_b;
+  float scale = 1.0f;
+};
+
+// ΔW = scale · diff (a full additive delta: kohya/LyCORIS `diff`, `diff_b`).
+struct DiffUpdate {
+  Tensor diff;
+  float scale = 1.0f;
+};
+
+// W = value, unscaled; wins over every additive update of the same tensor (ComfyUI `set_weight`,
+// PEFT `modules_to_save`).
+struct Replacement {
+  Tensor value;
+};
+
+using Update = std::variant<LowRankUpdate, KroneckerUpdate, DiffUpdate, Replacement>;
+const char* update_kind(const Update& u);  // "lora" | "lokr" | "diff" | "replace"
+
+// One adapted parameter. `module` is the module path as the file spells it, with the format's
+// own key suffixes removed ("base_model.model.model.layers.0.self_attn.q_proj",
+// "lora_unet_model_layers_0_self_attn_q_proj", "model.layers.0.self_attn.q_proj").
+struct AdapterTarget {
+  std::string module;
+  std::string param = "weight";   // "weight" or "bias"
+  Update update;
+  std::vector<std::string> keys;  // the file's tensor keys this target came from (for messages)
+  // Embedding-layout updates: ΔW is [num_embeddings, dim] (mlx-lm LoRAEmbedding, PEFT
+  // lora_embedding_A/B); already normalized so that ΔW = scale · B·A holds as for linears.
+  bool embedding = false;
+};
+
+// A full copy of a base weight that PEFT saves beside an adapted embedding / lm_head
+// (`save_embedding_layers`: `<module>.base_layer.weight`). It is the frozen base value at training
+// time (with extra rows when the vocabulary was resized), not an update: graft never applies it.
+// The importer checks its shape against the module's ΔW; a binding may compare it with the model.
+struct BaseWeightCopy {
+  std::string module;  // as for AdapterTarget
+  std::string param = "weight";
+  Tensor value;
+  std::string key;
+};
+
+struct WeightAdapter {
+  std::string path;  // the directory or file it was read from
+  AdapterFormat format = AdapterFormat::Peft;
+  std::vector<AdapterTarget> targets;  // sorted by (module, param); at most one per parameter
+  std::vector<BaseWeightCopy> base_copies;
+  // Informational metadata kept from the config (rank, alpha, target_modules, base model...).
+  std::map<std::string, std::string> metadata;
+};
+
+// Detects the format and imports it:
+//  * a directory with adapter_config.json holding `peft_type` → PEFT (LORA, LOKR);
+//  * a directory whose adapter_config.json holds `fine_tune_type` or `lora_parameters` → mlx-lm
+//    native (adapters.safetensors, else adapter_model.safetensors);
+//  * a single .safetensors file → ComfyUI / kohya / A1111 / LyCORIS by its keys. A config file
+//    lying beside it is never read.
+// Scales are resolved here (metadata scale only; the user's strength is applied at bind time).
+// Embedding layout is recognized by module name where the file format does not say it (mlx-lm:
+// a module whose last path component is `embed_tokens`), since the importer has no model.
+// Throws graft::Error naming the file, tensor key (or config field) and reason for anything that
+// cannot be applied exactly. metadata["file"] names the tensor file read (directory formats).
+WeightAdapter read_weight_adapter(const std::string& path);
+
+}  // namespace graft::adapter

@@ -1,0 +1,258 @@
+// Format detection (read_weight_adapter) and the helpers every importer shares.
+#include "import_common.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace graft::adapter {
+
+const char* format_name(AdapterFormat f) {
+  switch (f) {
+    case AdapterFormat::MlxLm: return "mlx-lm";
+    case AdapterFormat::Peft: return "peft";
+    case AdapterFormat::Kohya: return "kohya";
+    case AdapterFormat::Lycoris: return "lycoris";
+  }
+  return "?";
+}
+
+const char* update_kind(const Update& u) {
+  switch (u.index()) {
+    case 0: return "lora";
+    case 1: return "lokr";
+    case 2: return "diff";
+    default: return "replace";
+  }
+}
+
+namespace detail {
+
+namespace fs = std::filesystem;
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+bool file_exists(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+bool dir_exists(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+std::string join_path(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+Json read_json_object(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("'", path, "': cannot be opened");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Json j;
+  try {
+    j = Json::parse(ss.str());
+  } catch (const std::exception& e) {
+    fail("'", path, "': not valid JSON (", e.what(), ")");
+  }
+  if (!j.is_object()) fail("'", path, "': expected a JSON object at the top level");
+  return j;
+}
+
+bool json_unset(const Json& v) {
+  if (v.is_null()) return true;
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_string()) return v.get<std::string>().empty();
+  if (v.is_array() || v.is_object()) return v.empty();
+  return false;
+}
+
+std::string json_brief(const Json& v) {
+  std::string s = v.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+std::string num_str(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+double json_number(const Json& v, const std::string& file, const std::string& field) {
+  if (!v.is_number()) fail("'", file, "': field '", field, "' is ", json_brief(v), "; expected a number");
+  double d = v.get<double>();
+  if (!std::isfinite(d)) fail("'", file, "': field '", field, "' is not finite");
+  return d;
+}
+
+int64_t json_positive_int(const Json& v, const std::string& file, const std::string& field) {
+  double d = v.is_number() ? v.get<double>() : NAN;
+  if (!(d >= 1) || d != std::floor(d) || d > 1e12)
+    fail("'", file, "': field '", field, "' is ", json_brief(v), "; expected a positive integer");
+  return static_cast<int64_t>(d);
+}
+
+Tensor read_checked(const io::SafetensorsFile& f, const std::string& key) {
+  Tensor t = f.tensor(key);
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    fail("'", f.path(), "': tensor '", key, "' has dtype ", dtype_name(t.dtype),
+         "; expected F32, F16 or BF16 (quantized and integer adapter tensors are not read)");
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<float> buf(static_cast<size_t>(std::min<int64_t>(kChunk, std::max<int64_t>(t.numel(), 1))));
+  const int64_t n = t.numel();
+  const int64_t esize = dtype_bytes(t.dtype, 1);
+  for (int64_t i = 0; i < n; i += kChunk) {
+    int64_t m = std::min(kChunk, n - i);
+    convert_to_f32(t.dtype, static_cast<const uint8_t*>(t.data) + i * esize, buf.data(), m);
+    for (int64_t j = 0; j < m; ++j)
+      if (!std::isfinite(buf[static_cast<size_t>(j)]))
+        fail("'", f.path(), "': tensor '", key, "' holds a non-finite value (", buf[static_cast<size_t>(j)],
+             " at element ", i + j, "); expected finite values");
+  }
+  return t;
+}
+
+double read_scalar(const io::SafetensorsFile& f, const std::string& key) {
+  Tensor t = read_checked(f, key);
+  if (t.numel() != 1 || t.shape.size() > 1)
+    fail("'", f.path(), "': tensor '", key, "' has shape ", shape_str(t.shape), "; expected a scalar (shape [])");
+  float v = 0;
+  convert_to_f32(t.dtype, t.data, &v, 1);
+  return v;
+}
+
+Tensor transpose_2d(const Tensor& t) {
+  if (t.shape.size() != 2) fail("transpose_2d: shape ", shape_str(t.shape), " is not 2-D");
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  const size_t es = static_cast<size_t>(dtype_bytes(t.dtype, 1));
+  std::vector<uint8_t> out(static_cast<size_t>(t.nbytes()));
+  const auto* src = static_cast<const uint8_t*>(t.data);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(&out[static_cast<size_t>(c * rows + r) * es], src + static_cast<size_t>(r * cols + c) * es, es);
+  return Tensor::owned(t.dtype, {cols, rows}, std::move(out));
+}
+
+SplitKey split_key(const std::string& key, const std::vector<std::string_view>& suffixes) {
+  SplitKey best;
+  size_t best_len = 0;
+  for (size_t i = 0; i < suffixes.size(); ++i) {
+    const auto& s = suffixes[i];
+    if (s.size() > best_len && key.size() > s.size() && ends_with(key, s)) {
+      best.suffix = static_cast<int>(i);
+      best.module = key.substr(0, key.size() - s.size());
+      best_len = s.size();
+    }
+  }
+  return best;
+}
+
+struct PatternTable::Entry {
+  std::string key;
+  std::regex re;
+  double value = 0;
+  bool used = false;
+};
+
+PatternTable::PatternTable(const Json& dict, const std::string& file, const std::string& field) : field_(field) {
+  if (dict.is_null()) return;
+  if (!dict.is_object()) fail("'", file, "': field '", field, "' is ", json_brief(dict), "; expected an object");
+  for (auto it = dict.begin(); it != dict.end(); ++it) {
+    auto e = std::make_shared<Entry>();
+    e->key = it.key();
+    e->value = json_number(it.value(), file, field + "." + it.key());
+    try {
+      e->re = std::regex("(.*\\.)?(" + e->key + ")$", std::regex::ECMAScript);
+    } catch (const std::regex_error& err) {
+      fail("'", file, "': field '", field, "' key '", e->key, "' is not a regular expression graft can compile (",
+           err.what(), ")");
+    }
+    entries_.push_back(std::move(e));
+  }
+}
+
+std::optional<double> PatternTable::resolve(const std::string& name) {
+  // re.match + `$`: the whole name must match (module names hold no newline). Every matching key
+  // is marked used; the first in dict order decides.
+  std::optional<double> first;
+  for (auto& e : entries_) {
+    if (std::regex_match(name, e->re)) {
+      e->used = true;
+      if (!first) first = e->value;
+    }
+  }
+  return first;
+}
+
+void PatternTable::require_all_used(const std::string& file) const {
+  for (const auto& e : entries_)
+    if (!e->used)
+      fail("'", file, "': field '", field_, "' key '", e->key,
+           "' matches no module of the adapter (PEFT ignores such keys silently; anchored or prefix-qualified keys "
+           "never match); expected a key matching `(.*\\.)?(<key>)$` against a module name");
+}
+
+void finalize_targets(WeightAdapter& out, const std::string& file) {
+  std::stable_sort(out.targets.begin(), out.targets.end(), [](const AdapterTarget& x, const AdapterTarget& y) {
+    return std::tie(x.module, x.param) < std::tie(y.module, y.param);
+  });
+  for (size_t i = 1; i < out.targets.size(); ++i) {
+    const auto& p = out.targets[i - 1];
+    const auto& q = out.targets[i];
+    if (p.module == q.module && p.param == q.param) {
+      std::string keys;
+      for (const auto* t : {&p, &q})
+        for (const auto& k : t->keys) keys += (keys.empty() ? "'" : ", '") + k + "'";
+      fail("'", file, "': module '", p.module, "' (", p.param, ") has two updates (", update_kind(p.update), " and ",
+           update_kind(q.update), ", tensors ", keys, "); expected at most one update per parameter");
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+const char* kWhatGraftReads =
+    "graft reads: a PEFT directory (adapter_config.json with peft_type LORA or LOKR + adapter_model.safetensors), "
+    "an mlx-lm adapter directory (adapter_config.json with fine_tune_type/lora_parameters + adapters.safetensors), "
+    "or a single ComfyUI/kohya/A1111/LyCORIS .safetensors file (lora_up/lora_down/alpha, diff, diff_b, set_weight, "
+    "lokr_*)";
+
+}  // namespace
+
+WeightAdapter read_weight_adapter(const std::string& path) {
+  using namespace detail;
+  if (dir_exists(path)) {
+    const std::string cfg_path = join_path(path, "adapter_config.json");
+    if (!file_exists(cfg_path))
+      fail("'", path, "': directory has no adapter_config.json; ", kWhatGraftReads,
+           " (pass the .safetensors file itself for single-file formats)");
+    Json cfg = read_json_object(cfg_path);
+    if (cfg.contains("peft_type")) return import_peft(path, cfg_path, cfg);
+    if (cfg.contains("fine_tune_type") || cfg.contains("lora_parameters")) return import_mlx(path, cfg_path, cfg);
+    fail("'", cfg_path, "': neither 'peft_type' (PEFT) nor 'fine_tune_type'/'lora_parameters' (mlx-lm) is present; ",
+         kWhatGraftReads);
+  }
+  if (!file_exists(path)) fail("'", path, "': no such file or directory; ", kWhatGraftReads);
+  std::string lower = std::filesystem::path(path).filename().string();
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (ends_with(lower, ".safetensors")) return import_single_file(path);
+  for (const char* ext : {".bin", ".pt", ".pth", ".ckpt", ".pkl"})
+    if (ends_with(lower, ext))
+      fail("'", path, "': pickle checkpoints are not read; convert to safetensors");
+  if (lower == "adapter_config.json")
+    fail("'", path, "': pass the adapter directory, not its config file; ", kWhatGraftReads);
+  fail("'", path, "': unrecognized adapter file (expected a .safetensors file or an adapter directory); ",
+       kWhatGraftReads);
+}
+
+}  // namespace graft::adapter

@@ -1,0 +1,197 @@
+// mlx-lm native adapters: adapter_config.json + adapters.safetensors (fallback
+// adapter_model.safetensors; no shards, no other files).
+//
+// Keys end exactly in `.lora_a` / `.lora_b`; anything else is refused (DoRA `.m`, stray `.weight`,
+// PEFT names). mlx-lm writes LoRALinear as lora_a [in, r], lora_b [r, out] (A = lora_aᵀ,
+// B = lora_bᵀ); the matrix orientation lora_a [r, in], lora_b [out, r] is accepted when the shapes
+// tell the two apart. LoRAEmbedding pairs (lora_a [vocab, r], lora_b [r, hidden],
+// Δ = s·lora_a·lora_b) cannot be told from a Linear pair by shape, so the module name decides: a
+// module whose last path component is `embed_tokens` is read as an embedding (the importer has
+// no model to ask). 3-D LoRASwitchLinear (MoE) pairs are refused.
+//
+// Scale: lora_parameters.scale verbatim (default 20.0); lora_parameters.lora_alpha, when present,
+// gives lora_alpha / rank (mlxcel's extension), rank = lora_parameters.rank (default 8).
+#include <string>
+
+#include "import_common.h"
+
+namespace graft::adapter::detail {
+
+namespace {
+
+enum Role { kA, kB, kDora, kPeft };
+const std::vector<std::string_view> kSuffixes = {
+    ".lora_a", ".lora_b", ".m",
+    ".lora_A.weight", ".lora_B.weight", ".lora_A.default.weight", ".lora_B.default.weight",
+    ".lora_embedding_A", ".lora_embedding_B", ".lora_magnitude_vector"};
+Role role_of(int suffix) { return suffix <= 2 ? static_cast<Role>(suffix) : kPeft; }
+
+bool is_embedding_module(const std::string& module) {
+  auto dot = module.rfind('.');
+  return (dot == std::string::npos ? module : module.substr(dot + 1)) == "embed_tokens";
+}
+
+struct Config {
+  double scale = 20.0;
+  int64_t rank = 8;
+  bool rank_given = false;
+};
+
+Config read_config(const std::string& path, const Json& cfg, std::map<std::string, std::string>& meta) {
+  std::string ftt = "lora";
+  if (cfg.contains("fine_tune_type") && !cfg["fine_tune_type"].is_null()) {
+    if (!cfg["fine_tune_type"].is_string())
+      fail("'", path, "': field 'fine_tune_type' is ", json_brief(cfg["fine_tune_type"]), "; expected \"lora\"");
+    ftt = cfg["fine_tune_type"].get<std::string>();
+  }
+  if (ftt == "dora")
+    fail("'", path, "': field 'fine_tune_type' is \"dora\": DoRA adapters are not supported (the magnitude rescale "
+         "is not a low-rank update); fuse it with mlx-lm first; expected \"lora\"");
+  if (ftt == "full")
+    fail("'", path, "': field 'fine_tune_type' is \"full\": a full fine-tune holds whole weights, not an adapter; "
+         "expected \"lora\"");
+  if (ftt != "lora") fail("'", path, "': field 'fine_tune_type' is \"", ftt, "\"; expected \"lora\"");
+  if (cfg.contains("use_dora") && !json_unset(cfg["use_dora"]))
+    fail("'", path, "': field 'use_dora' is set: DoRA adapters are not supported; expected false");
+  meta["fine_tune_type"] = ftt;
+
+  Config c;
+  const Json* lp = nullptr;
+  if (cfg.contains("lora_parameters") && !cfg["lora_parameters"].is_null()) {
+    lp = &cfg["lora_parameters"];
+    if (!lp->is_object())
+      fail("'", path, "': field 'lora_parameters' is ", json_brief(*lp), "; expected an object");
+  }
+  auto get = [&](const char* k) -> const Json* {
+    return lp && lp->contains(k) && !(*lp)[k].is_null() ? &(*lp)[k] : nullptr;
+  };
+  if (const Json* r = get("rank")) {
+    c.rank = json_positive_int(*r, path, "lora_parameters.rank");
+    c.rank_given = true;
+  }
+  if (const Json* s = get("scale")) c.scale = json_number(*s, path, "lora_parameters.scale");
+  if (const Json* a = get("lora_alpha")) {
+    double alpha = json_number(*a, path, "lora_parameters.lora_alpha");
+    c.scale = alpha / static_cast<double>(c.rank);
+    meta["lora_alpha"] = num_str(alpha);
+  }
+  if (const Json* d = get("dropout")) json_number(*d, path, "lora_parameters.dropout");  // training only
+  if (const Json* k = get("keys")) meta["keys"] = k->dump();
+  meta["rank"] = std::to_string(c.rank);
+  meta["scale"] = num_str(static_cast<float>(c.scale));
+  for (const char* k : {"num_layers", "lora_layers", "target_modules", "model"})
+    if (cfg.contains(k) && !cfg[k].is_null())
+      meta[k] = cfg[k].is_string() ? cfg[k].get<std::string>() : cfg[k].dump();
+  return c;
+}
+
+// Normalizes one Linear pair to A [r, in], B [out, r].
+LowRankUpdate linear_pair(const io::SafetensorsFile& f, const std::string& ka, const Tensor& a, const std::string& kb,
+                          const Tensor& b, const Config& cfg) {
+  const bool mlx = a.shape[1] == b.shape[0];     // lora_a [in, r], lora_b [r, out]
+  const bool matrix = a.shape[0] == b.shape[1];  // lora_a [r, in], lora_b [out, r]
+  const std::string shapes = "'" + ka + "' " + shape_str(a.shape) + " and '" + kb + "' " + shape_str(b.shape);
+  if (!mlx && !matrix)
+    fail("'", f.path(), "': tensors ", shapes,
+         " do not pair; expected lora_a [in, r] with lora_b [r, out] (mlx-lm) or lora_a [r, in] with lora_b [out, r]");
+  bool use_mlx = mlx;
+  if (mlx && matrix) {
+    // Both readings fit: mlx-lm gives r = a[1] and ΔW [a[0], a[0]], the matrix reading r = a[0]
+    // and ΔW [a[1], a[1]]. Equal ΔW shapes cannot be told apart; otherwise the config rank, then
+    // the reading whose rank does not exceed its dimensions, decides. A wrong pick still has the
+    // wrong ΔW shape, so the binding refuses it instead of applying a transposed delta.
+    if (a.shape[0] == a.shape[1])
+      fail("'", f.path(), "': tensors ", shapes,
+           " are ambiguous: read as mlx-lm (lora_a [in, r], lora_b [r, out]) and as lora_a [r, in], lora_b [out, r] "
+           "they give different updates of the same shape; expected shapes that fix the orientation");
+    if (cfg.rank_given && (a.shape[1] == cfg.rank) != (a.shape[0] == cfg.rank))
+      use_mlx = a.shape[1] == cfg.rank;
+    else
+      use_mlx = a.shape[1] < a.shape[0];
+  }
+  LowRankUpdate u;
+  if (use_mlx) {
+    u.a = transpose_2d(a);
+    u.b = transpose_2d(b);
+  } else {
+    u.a = a;
+    u.b = b;
+  }
+  u.scale = static_cast<float>(cfg.scale);
+  return u;
+}
+
+}  // namespace
+
+WeightAdapter import_mlx(const std::string& dir, const std::string& config_path, const Json& cfg) {
+  WeightAdapter out;
+  out.path = dir;
+  out.format = AdapterFormat::MlxLm;
+  Config c = read_config(config_path, cfg, out.metadata);
+
+  std::string file = join_path(dir, "adapters.safetensors");
+  if (!file_exists(file)) file = join_path(dir, "adapter_model.safetensors");
+  if (!file_exists(file))
+    fail("'", dir, "': mlx-lm adapter directory has no adapters.safetensors (or adapter_model.safetensors); "
+         "sharded files, .npz and other file names are not read");
+  auto f = io::SafetensorsFile::open(file);
+  out.metadata["file"] = file;
+
+  std::map<std::string, std::pair<std::string, std::string>> pairs;  // module → (lora_a key, lora_b key)
+  for (const auto& e : f->entries()) {
+    SplitKey sk = split_key(e.name, kSuffixes);
+    Role role = sk.suffix < 0 ? kPeft : role_of(sk.suffix);
+    if (sk.suffix < 0)
+      fail("'", file, "': tensor '", e.name,
+           "' is not part of the mlx-lm native contract; expected only keys ending in .lora_a / .lora_b");
+    if (role == kDora)
+      fail("'", file, "': tensor '", e.name,
+           "' is a DoRA magnitude vector: DoRA adapters are not supported; expected only .lora_a / .lora_b");
+    if (role == kPeft)
+      fail("'", file, "': tensor '", e.name,
+           "': PEFT key names are not part of the mlx-lm native contract; expected keys ending in .lora_a / .lora_b "
+           "(a PEFT adapter needs a PEFT adapter_config.json with peft_type)");
+    auto& p = pairs[sk.module];
+    (role == kA ? p.first : p.second) = e.name;
+  }
+  if (pairs.empty()) fail("'", file, "': no .lora_a / .lora_b tensors; expected at least one pair");
+
+  for (const auto& [module, keys] : pairs) {
+    if (keys.first.empty() || keys.second.empty())
+      fail("'", file, "': tensor '", keys.first.empty() ? keys.second : keys.first, "' has no partner '", module,
+           keys.first.empty() ? ".lora_a" : ".lora_b", "'; expected both halves of each pair");
+    Tensor a = read_checked(*f, keys.first);
+    Tensor b = read_checked(*f, keys.second);
+    for (const auto* kt : {&keys.first, &keys.second}) {
+      const Tensor& t = kt == &keys.first ? a : b;
+      if (t.shape.size() == 3)
+        fail("'", file, "': tensor '", *kt, "' has shape ", shape_str(t.shape),
+             ": 3-D (mixture-of-experts LoRASwitchLinear) pairs are not supported; expected 2-D lora_a / lora_b");
+      if (t.shape.size() != 2 || t.shape[0] == 0 || t.shape[1] == 0)
+        fail("'", file, "': tensor '", *kt, "' has shape ", shape_str(t.shape), "; expected a non-empty 2-D matrix");
+    }
+    AdapterTarget t;
+    t.module = module;
+    t.keys = {keys.first, keys.second};
+    if (is_embedding_module(module)) {
+      // LoRAEmbedding: Δ[vocab, hidden] = s·lora_a·lora_b, so B = lora_a, A = lora_b (no transpose).
+      if (a.shape[1] != b.shape[0])
+        fail("'", file, "': embedding tensors '", keys.first, "' ", shape_str(a.shape), " and '", keys.second, "' ",
+             shape_str(b.shape), " do not pair; expected the mlx-lm LoRAEmbedding layout lora_a [vocab, r], "
+             "lora_b [r, hidden] (embed_tokens modules are read by name as embeddings)");
+      LowRankUpdate u;
+      u.b = a;
+      u.a = b;
+      u.scale = static_cast<float>(c.scale);
+      t.update = std::move(u);
+      t.embedding = true;
+    } else {
+      t.update = linear_pair(*f, keys.first, a, keys.second, b, c);
+    }
+    out.targets.push_back(std::move(t));
+  }
+  finalize_targets(out, file);
+  return out;
+}
+
+}  // namespace graft::adapter::detail

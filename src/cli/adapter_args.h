@@ -1,0 +1,22 @@
+// Parsing of adapter arguments shared by the subcommands: "DIR" or "DIR:SCALE".
+#pragma once
+#include <string>
+#include <vector>
+
+#include "graft/adapter/bind.h"
+
+namespace graft::cli {
+
+struct AdapterArg {
+  std::string path;
+  float scale = 1.0f;
+};
+
+// "PATH:SCALE" is split on the last colon, unless PATH:SCALE names an existing file or directory.
+// A scale that is not a finite number is an error naming the argument.
+AdapterArg parse_adapter_arg(const std::string& arg, bool allow_scale = true);
+
+// Reads every adapter (import errors name the file) into uses for bind_weight_adapter.
+std::vector<adapter::AdapterUse> read_adapters(const std::vector<AdapterArg>& args);
+
+}  // namespace graft::cli
