@@ -140,6 +140,26 @@ TEST(MergePolicy, RoundedBf16DiffersFromDeltaF32) {
   EXPECT_EQ(rounded.as<uint16_t>()[1], 0x3F82);
 }
 
+TEST(MergePolicy, RoundedBf16DeltaRoundsSpecialValuesLikeF32ToBf16) {
+  // NaN, infinities, overflow past the largest BF16, subnormals and signed zeros take the same
+  // path as graft::f32_to_bf16 (the reference), in a row long enough for the vectorized loop.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float big = std::numeric_limits<float>::max();
+  std::vector<float> w = {1.0f, 2.0f, -1.0f, big, 1e-40f, -0.0f, 0.0f, big, -big, 3.0f, 1.0f + 1.0f / 256};
+  std::vector<float> d = {nan, inf, -inf, big, 1e-40f, -0.0f, -0.0f, 1e30f, -1e30f, 0.0f, 1.0f / 65536};
+  const int64_t n = static_cast<int64_t>(w.size());
+  for (int64_t i = 0; i < 40 - n; ++i) {
+    w.push_back(0.1f * static_cast<float>(i));
+    d.push_back(-0.01f * static_cast<float>(i));
+  }
+  Plan plan;
+  plan.place(plan.add(DiffUpdate{make(DType::F32, {1, 40}, d), 1.0f}), 0, 0, 1);
+  const Tensor base = make(DType::F32, {1, 40}, w);
+  const auto ref = reference(base, plan.planned, MergePolicy::RoundedBF16Delta);
+  const Tensor got = merge_tensor(base, plan.planned, MergePolicy::RoundedBF16Delta, DType::F32);
+  EXPECT_TRUE(same_bytes(bytes_of(got), encode(ref, DType::F32), DType::F32));
+}
+
 TEST(MergePolicy, RankWiseF32SkipsZeroRankTerms) {
   // B = [[0]]: RankWiseF32 skips b == 0, so W = -0.0 stays -0.0 and an infinite A entry is never
   // multiplied; DeltaF32 forms P = 0·A (+0 and 0·inf = NaN) and adds it: -0 + +0 = +0.

@@ -40,6 +40,29 @@ expect_error bad-config-json "not valid JSON" -- generate -m "$TMP/empty" -p hi
 expect_error no-prompt "exactly one of --prompt and --prompt-file" -- generate -m "$TMP/empty"
 expect_error bad-top-p "top-p" -- generate -m "$TMP/empty" -p hi --top-p 1.5
 
+# Adapters: inspect and fuse on the tiny reference checkpoint with a real PEFT adapter.
+TINY=$SRC/tests/fixtures/models/llama_f32
+PEFT=$SRC/tests/fixtures/adapters/peft_lora
+"$GRAFT" inspect "$PEFT" >"$TMP/out" 2>"$TMP/err" || fail "inspect: $(cat "$TMP/err")"
+grep -q "format:   peft" "$TMP/out" || fail "inspect does not report the PEFT format: $(head -5 "$TMP/out")"
+"$GRAFT" inspect "$PEFT" --base "$TINY" --json >"$TMP/out" 2>"$TMP/err" || fail "inspect --base: $(cat "$TMP/err")"
+grep -q '"valid": true' "$TMP/out" || fail "inspect --base --json lacks the validation result"
+grep -q 'model.layers.1.mlp.down_proj.weight' "$TMP/out" || fail "inspect --base does not list changed tensors"
+"$GRAFT" fuse --base "$TINY" --adapter "$PEFT:0.5" --out "$TMP/fused" >"$TMP/out" 2>"$TMP/err" || fail "fuse: $(cat "$TMP/err")"
+[ -f "$TMP/fused/model.safetensors" ] && [ -f "$TMP/fused/config.json" ] && [ -f "$TMP/fused/tokenizer.json" ] \
+  || fail "fuse did not write a complete checkpoint: $(ls "$TMP/fused")"
+cmp -s "$TMP/fused/model.safetensors" "$TINY/model.safetensors" && fail "fused weights equal the base"
+"$GRAFT" generate -m "$TMP/fused" -p "Hello world" --temp 0 -n 4 >/dev/null 2>"$TMP/err" || fail "generate on the fused model: $(cat "$TMP/err")"
+# An adapter for another base is refused before anything is written.
+expect_error fuse-wrong-base "does not match the base" -- fuse --base "$SRC/tests/fixtures/models/qwen3_f32" \
+  --adapter "$PEFT" --out "$TMP/never"
+[ -e "$TMP/never" ] && fail "a refused fuse created its output directory"
+expect_error fuse-bad-scale "is not a finite number" -- fuse --base "$TINY" --adapter "$PEFT:abc" --out "$TMP/never"
+expect_error fuse-bad-policy "RankWiseF32" -- fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/never" --policy Fancy
+expect_error fuse-existing-out "not empty" -- fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/fused"
+expect_error inspect-missing "no such file or directory" -- inspect "$TMP/no-adapter"
+for sub in inspect fuse; do "$GRAFT" $sub --help >/dev/null || fail "graft $sub --help"; done
+
 if [ -f "$MODEL" ]; then
   expect_error prompt-too-long "does not fit the context size 16" -- generate -m "$MODEL" --ctx-size 16 \
     -p "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen"
