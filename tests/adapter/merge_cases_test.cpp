@@ -2,7 +2,7 @@
 // strength 0, thread chunking and the errors for malformed plans.
 #include <thread>
 
-#include "merge_reference.h"
+#include "merge_test_util.h"
 
 namespace graft::adapter::merge_test {
 namespace {

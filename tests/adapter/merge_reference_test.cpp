@@ -80,7 +80,9 @@ TEST_P(RealToolMerge, GraftFuseMatchesTheTool) {
                                                                               << " want " << r;
       }
     }
-    if (bf16) EXPECT_LE(differ, want.numel() / 200) << e.name << ": too many elements off by one BF16 ulp";
+    if (bf16) {
+      EXPECT_LE(differ, want.numel() / 200) << e.name << ": too many elements off by one BF16 ulp";
+    }
   }
 }
 

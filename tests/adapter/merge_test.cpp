@@ -1,6 +1,6 @@
 // merge_tensor: policy names, each policy bit-exact against the scalar reference in
-// merge_reference.h, fused-projection row placement, and fixtures that tell the policies apart.
-#include "merge_reference.h"
+// merge_test_util.h, fused-projection row placement, and fixtures that tell the policies apart.
+#include "merge_test_util.h"
 
 namespace graft::adapter::merge_test {
 namespace {
