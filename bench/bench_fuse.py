@@ -22,7 +22,17 @@ def prepare(work):
     base = os.path.join(work, "base")
     if not os.path.exists(os.path.join(base, "model.safetensors")):
         m = AutoModelForCausalLM.from_pretrained(os.path.dirname(GGUF), gguf_file=os.path.basename(GGUF), torch_dtype=torch.bfloat16)
-        m.save_pretrained(base)
+        # transformers refuses to save a GGUF-loaded model; write the dequantized weights directly.
+        os.makedirs(base, exist_ok=True)
+        sd = {k: v.contiguous() for k, v in m.state_dict().items()}
+        if m.config.tie_word_embeddings:
+            sd.pop("lm_head.weight", None)
+        from safetensors.torch import save_file as save_torch
+        save_torch(sd, os.path.join(base, "model.safetensors"), metadata={"format": "pt"})
+        cfg = m.config.to_dict()
+        cfg.pop("quantization_config", None)
+        cfg["torch_dtype"] = "bfloat16"
+        json.dump(cfg, open(os.path.join(base, "config.json"), "w"), indent=2)
         AutoTokenizer.from_pretrained(os.path.dirname(GGUF), gguf_file=os.path.basename(GGUF)).save_pretrained(base)
     peft_dir = os.path.join(work, "peft_r16")
     mlx_dir = os.path.join(work, "mlx_r16")
