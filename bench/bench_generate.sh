@@ -8,7 +8,7 @@ BUILD=${1:-build}
 THREADS=${2:-$(nproc)}
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT="$(printf 'The history of computing is long and varied. %.0s' {1..12})"
-bw=$("$BUILD/graft_bench" --benchmark_filter="BM_StreamRead/threads:$THREADS\$" --benchmark_format=json 2>/dev/null \
+bw=$("$BUILD/graft_bench" --benchmark_filter="BM_StreamRead/$THREADS/" --benchmark_format=json 2>/dev/null \
      | python3 -c 'import json,sys; b=json.load(sys.stdin)["benchmarks"]; print(b[0]["bytes_per_second"]/1e9)')
 echo "streaming read bandwidth, $THREADS thread(s): ${bw} GB/s"
 for dtype in F32 BF16; do
