@@ -1,6 +1,8 @@
 // Compute kernels on the CPU. Activations are F32; weights are F32, F16 or BF16 and are always
-// accumulated in F32. The widest ISA the CPU supports (AVX-512 + AVX512-BF16, else AVX2/FMA) is
-// chosen at run time; results are independent of the thread count.
+// accumulated in F32 (BF16/F16 weights widen exactly to F32; x is never rounded). The widest ISA
+// the CPU supports (AVX-512 F/BW/VL, else the AVX2/FMA/F16C baseline) is chosen at run time;
+// GRAFT_MATMUL_ISA=avx2 forces the baseline. Every output element is summed in one fixed order,
+// so results are bit-identical for any thread count and any m (a prefill row equals its decode).
 #pragma once
 #include <cstdint>
 
@@ -19,7 +21,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor
 void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
                       bool accumulate = false);
 
-// Which kernel family matmul() dispatches to on this CPU: "avx512bf16", "avx512", "avx2".
+// Which kernel family matmul() dispatches to on this CPU: "avx512" or "avx2".
 const char* matmul_isa();
 
 }  // namespace graft::runtime
