@@ -8,30 +8,12 @@
 #include "graft/adapter/bind.h"
 #include "graft/adapter/bindings.h"
 #include "graft/core/error.h"
+#include "map_source.h"
 
 namespace graft::adapter {
 namespace {
 
-class MapSource : public io::TensorSource {
- public:
-  std::map<std::string, Tensor> t;
-  mutable int reads = 0;
-  std::vector<std::string> names() const override {
-    std::vector<std::string> n;
-    for (auto& [k, v] : t) n.push_back(k);
-    return n;
-  }
-  std::optional<io::TensorInfo> info(const std::string& n) const override {
-    auto it = t.find(n);
-    if (it == t.end()) return std::nullopt;
-    return io::TensorInfo{it->second.dtype, it->second.shape};
-  }
-  Tensor read(const std::string& n) const override {
-    ++reads;
-    return t.at(n);
-  }
-  std::string describe() const override { return "test base"; }
-};
+using test::MapSource;
 
 Tensor filled(const Shape& s, float start, float step) {
   Tensor t = Tensor::zeros_f32(s);

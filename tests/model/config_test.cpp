@@ -8,6 +8,7 @@
 #include "graft/core/error.h"
 #include "graft/model/family.h"
 #include "graft/model/weights.h"
+#include "map_source.h"
 
 namespace graft::model {
 namespace {
@@ -101,23 +102,7 @@ TEST(Config, TransformersFiveRopeParameters) {
   EXPECT_DOUBLE_EQ(parse_hf_config(j, "c").rope_theta, 123.0);
 }
 
-// A TensorSource over an in-memory map, for weight validation tests.
-class MapSource : public io::TensorSource {
- public:
-  std::map<std::string, Tensor> t;
-  std::vector<std::string> names() const override {
-    std::vector<std::string> n;
-    for (auto& [k, v] : t) n.push_back(k);
-    return n;
-  }
-  std::optional<io::TensorInfo> info(const std::string& n) const override {
-    auto it = t.find(n);
-    if (it == t.end()) return std::nullopt;
-    return io::TensorInfo{it->second.dtype, it->second.shape};
-  }
-  Tensor read(const std::string& n) const override { return t.at(n); }
-  std::string describe() const override { return "test source"; }
-};
+using test::MapSource;
 
 MapSource complete_source(const ModelConfig& c) {
   MapSource s;
