@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "graft/core/convert.h"
 #include "graft/core/error.h"
 #include "graft/io/safetensors.h"
 
@@ -15,15 +16,6 @@ namespace fs = std::filesystem;
 namespace {
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
-Tensor convert(const Tensor& t, DType to) {
-  if (t.dtype == to) return t;
-  Tensor f = to_f32(t);
-  if (to == DType::F32) return f;
-  std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(to, t.numel())));
-  convert_from_f32(f.as<float>(), to, bytes.data(), t.numel());
-  return Tensor::owned(to, t.shape, std::move(bytes));
-}
 
 }  // namespace
 
@@ -62,7 +54,7 @@ CheckpointWriteResult write_checkpoint(const TensorSource& source, const std::st
   for (size_t i = 0; i < n; ++i) {
     SafetensorsWriter w((fs::path(out_dir) / shard_name(i)).string(), shards[i], options.metadata);
     for (const auto& d : shards[i]) {
-      Tensor t = convert(source.read(d.name), d.dtype);
+      Tensor t = convert_tensor(source.read(d.name), d.dtype);
       w.write(t);
       weight_map[d.name] = shard_name(i);
       res.bytes += static_cast<uint64_t>(t.nbytes());

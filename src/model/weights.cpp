@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "graft/core/convert.h"
 #include "graft/core/error.h"
 #include "graft/model/family.h"
 
@@ -42,13 +43,9 @@ struct Loader {
 
 Tensor read_matrix(const io::TensorSource& s, const std::string& name, std::optional<DType> dtype) {
   Tensor t = s.read(name);
-  if (!dtype || t.dtype == *dtype) return t;
-  Tensor f = to_f32(t);
-  if (*dtype == DType::F32) return f;
-  std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(*dtype, t.numel())));
-  convert_from_f32(f.as<float>(), *dtype, bytes.data(), t.numel());
-  return Tensor::owned(*dtype, t.shape, std::move(bytes));
+  return dtype ? convert_tensor(t, *dtype) : t;
 }
+
 Tensor read_vector_f32(const io::TensorSource& s, const std::string& name) { return to_f32(s.read(name)); }
 
 // Tensors some checkpoints carry that hold no weights the model needs (recomputed buffers).
