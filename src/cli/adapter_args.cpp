@@ -24,6 +24,39 @@ AdapterArg parse_adapter_arg(const std::string& arg, bool allow_scale) {
   return {path, scale};
 }
 
+AdapterArg parse_scaled_adapter_arg(const std::string& arg) {
+  const size_t colon = arg.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    fail("adapter argument '", arg, "': expected PATH:SCALE (split on the last colon)");
+  const std::string path = arg.substr(0, colon), num = arg.substr(colon + 1);
+  size_t used = 0;
+  float scale = 0;
+  try {
+    scale = std::stof(num, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (num.empty() || used != num.size() || !std::isfinite(scale))
+    fail("adapter argument '", arg, "': scale '", num, "' is not a finite number (expected PATH:SCALE)");
+  return {path, scale};
+}
+
+std::vector<std::string> split_adapter_list(const std::vector<std::string>& values, const char* option) {
+  std::vector<std::string> out;
+  for (const auto& v : values) {
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = v.find(',', start);
+      const std::string item = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (item.empty()) fail(option, " '", v, "': empty entry in the comma-separated list");
+      out.push_back(item);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return out;
+}
+
 std::vector<adapter::AdapterUse> read_adapters(const std::vector<AdapterArg>& args) {
   std::vector<adapter::AdapterUse> uses;
   for (const auto& a : args)

@@ -16,6 +16,12 @@ struct AdapterArg {
 // A scale that is not a finite number is an error naming the argument.
 AdapterArg parse_adapter_arg(const std::string& arg, bool allow_scale = true);
 
+// "PATH:SCALE" with the scale required (--adapter-scaled / --lora-scaled): split on the last colon.
+AdapterArg parse_scaled_adapter_arg(const std::string& arg);
+
+// The entries of comma-separated list options ("a,b" and repeated flags alike), empty ones refused.
+std::vector<std::string> split_adapter_list(const std::vector<std::string>& values, const char* option);
+
 // Reads every adapter (import errors name the file) into uses for bind_weight_adapter.
 std::vector<adapter::AdapterUse> read_adapters(const std::vector<AdapterArg>& args);
 

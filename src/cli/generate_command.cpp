@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/adapter_args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "graft/core/error.h"
@@ -25,7 +26,18 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   std::string dtype;
+  std::vector<std::string> adapters, adapters_scaled, loras, loras_scaled;
+  std::string merge_policy = "DeltaF32";
+  bool fuse_requantize = false;
 };
+
+std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,
+                                     const std::vector<std::string>& scaled, const char* scaled_opt) {
+  std::vector<AdapterArg> out;
+  for (const auto& p : split_adapter_list(plain, plain_opt)) out.push_back({p, 1.0f});
+  for (const auto& p : split_adapter_list(scaled, scaled_opt)) out.push_back(parse_scaled_adapter_arg(p));
+  return out;
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -39,6 +51,13 @@ int run_generate(const GenerateArgs& a) {
   if (a.prompt.empty() == a.prompt_file.empty()) fail("give exactly one of --prompt and --prompt-file");
   runtime::validate(a.sampling);
   const std::string user_text = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
+  // Every adapter argument and file is checked before the model is read.
+  const auto fused_args = adapter_args(a.adapters, "--adapter", a.adapters_scaled, "--adapter-scaled");
+  const auto lora_args = adapter_args(a.loras, "--lora", a.loras_scaled, "--lora-scaled");
+  const adapter::MergePolicy policy = adapter::parse_merge_policy(a.merge_policy);
+  const auto fused = read_adapters(fused_args);
+  const auto unfused = read_adapters(lora_args);
+  runtime::ThreadPool pool(a.threads);
 
   model::LoadedModel m = [&] {
     ProgressBar bar("loading");
@@ -50,8 +69,29 @@ int run_generate(const GenerateArgs& a) {
       else if (a.dtype == "bf16" || a.dtype == "BF16") opts.weight_dtype = DType::BF16;
       else fail("--dtype '", a.dtype, "' is not one of F32, F16, BF16");
     }
+    opts.fused_adapters = fused;
+    opts.merge_policy = policy;
+    opts.fuse_requantize = a.fuse_requantize;
+    opts.parallel = [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn, 16); };
     return model::load_model(a.model, opts);
   }();
+  if (m.fused) {
+    std::fprintf(stderr, "fused %zu adapter(s) into %zu tensor(s) with %s\n", fused.size(), m.fused->updates.size(),
+                 adapter::policy_name(policy));
+    if (a.fuse_requantize && m.quantized)
+      std::fprintf(stderr,
+                   "warning: --fuse-requantize: adapted weights were dequantized, merged and quantized again; "
+                   "deltas smaller than a quantization step are lost (apply the adapter with --lora to keep them)\n");
+  }
+  std::shared_ptr<const runtime::LoraSet> loras;
+  std::vector<float> lora_scales;
+  if (!unfused.empty()) {
+    loras = runtime::make_lora_set(m.config, *m.source, unfused);
+    int64_t terms = 0;
+    for (const auto& ad : loras->adapters) terms += ad->term_count;
+    for (const auto& u : unfused) lora_scales.push_back(u.strength);
+    std::fprintf(stderr, "unfused: %zu adapter(s), %lld low-rank term(s)\n", unfused.size(), static_cast<long long>(terms));
+  }
   const text::Tokenizer& tok = m.tokenizer;
 
   std::vector<int32_t> prompt;
@@ -73,13 +113,13 @@ int run_generate(const GenerateArgs& a) {
   }
 
   const int64_t ctx = a.ctx_size > 0 ? a.ctx_size : std::min<int64_t>(4096, m.config.max_position_embeddings);
-  runtime::ThreadPool pool(a.threads);
-  runtime::Transformer transformer(m.config, m.weights);
+  runtime::Transformer transformer(m.config, m.weights, loras);
   runtime::KVCache cache(m.config, ctx);
   runtime::GenerateOptions g;
   g.max_tokens = a.max_tokens;
   g.sampling = a.sampling;
   g.stop = a.stop;
+  g.lora_scales = lora_scales;
   if (!a.ignore_eos) g.eos_ids = m.config.eos_token_ids;
 
   runtime::GenerateResult r = runtime::generate(pool, transformer, tok, cache, prompt, g, [](std::string_view s) {
@@ -94,7 +134,7 @@ int run_generate(const GenerateArgs& a) {
   // Bytes of weight matrices one decode step streams (the bandwidth ceiling's numerator).
   int64_t step_bytes = m.weights.lm_head.nbytes();
   for (const auto& L : m.weights.layers)
-    for (const Tensor* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) step_bytes += t->nbytes();
+    for (const model::Matrix* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) step_bytes += t->nbytes();
   std::fprintf(stderr,
                "prompt: %lld tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s | stop: %s | threads: %d | "
                "weights read per token: %.1f MB\n",
@@ -129,6 +169,18 @@ Runner add_generate_command(CLI::App& app) {
   app.add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
   app.add_option("--dtype", a->dtype,
                  "Convert weight matrices at load: F32 | F16 | BF16 (default: as stored; GGUF block types become F32)");
+  app.add_option("--adapter", a->adapters,
+                 "Adapter(s) to fuse into the weights at load: DIR[,DIR...] (PEFT, mlx-lm, kohya/ComfyUI, LyCORIS; "
+                 "repeatable; adapters stack)");
+  app.add_option("--adapter-scaled", a->adapters_scaled, "Fused adapter(s) with a strength: DIR:SCALE[,DIR:SCALE...]");
+  app.add_option("--merge-policy", a->merge_policy, "Fusing arithmetic: DeltaF32 | RankWiseF32 | RoundedBF16Delta")
+      ->capture_default_str();
+  app.add_flag("--fuse-requantize", a->fuse_requantize,
+               "Allow fusing into an mlx-lm quantized checkpoint: dequantize, merge, quantize again (loses deltas "
+               "smaller than a quantization step; --lora keeps them)");
+  app.add_option("--lora", a->loras,
+                 "Adapter(s) kept unfused as low-rank terms with a live scale: DIR[,DIR...] (works on quantized bases)");
+  app.add_option("--lora-scaled", a->loras_scaled, "Unfused adapter(s) with a scale: DIR:SCALE[,DIR:SCALE...]");
   app.add_option("-t,--threads", a->threads, "Worker threads (0 = all cores)")->capture_default_str();
   app.add_option("-c,--ctx-size", a->ctx_size, "Context size in tokens (0 = min(4096, the model's maximum))")
       ->capture_default_str();

@@ -80,7 +80,63 @@ void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
   }
 }
 
+QuantSpec parse_quant_spec(const json& q, const std::string& what, const std::string& path) {
+  if (!q.is_object()) fail("config '", path, "': ", what, " is not an object");
+  if (q.contains("mode") && q["mode"] != "affine")
+    fail("config '", path, "': ", what, ".mode ", q["mode"].dump(),
+         " is not supported (supported: affine; mxfp4/nvfp4/mxfp8 are not)");
+  QuantSpec s;
+  if (!q.contains("bits") || !q["bits"].is_number_integer() || !q.contains("group_size") ||
+      !q["group_size"].is_number_integer())
+    fail("config '", path, "': ", what, " needs integer 'bits' and 'group_size'");
+  s.bits = q["bits"].get<int>();
+  s.group_size = q["group_size"].get<int>();
+  if (s.bits != 4 && s.bits != 8)
+    fail("config '", path, "': ", what, ".bits ", s.bits, " is not supported (supported: 4, 8)");
+  if (s.group_size != 32 && s.group_size != 64 && s.group_size != 128)
+    fail("config '", path, "': ", what, ".group_size ", s.group_size, " is not supported (supported: 32, 64, 128)");
+  return s;
+}
+
+std::optional<QuantizationConfig> parse_quantization(const json& j, const std::string& path) {
+  const char* key = j.contains("quantization") ? "quantization" : nullptr;
+  if (!key) {
+    // mlx-lm mirrors the block as quantization_config; other tools (GPTQ, AWQ, bitsandbytes) use
+    // that name for formats graft does not run.
+    if (!j.contains("quantization_config")) return std::nullopt;
+    const json& qc = j["quantization_config"];
+    if (qc.is_object() && qc.contains("quant_method"))
+      fail("config '", path, "': quantization_config.quant_method ", qc["quant_method"].dump(),
+           " is not supported (graft runs mlx-lm affine quantization only)");
+    key = "quantization_config";
+  }
+  const json& q = j[key];
+  QuantizationConfig out;
+  json defaults = json::object();
+  for (const auto& [k, v] : q.items()) {
+    if (k == "bits" || k == "group_size" || k == "mode") {
+      defaults[k] = v;
+    } else if (v.is_boolean()) {
+      if (v.get<bool>())
+        fail("config '", path, "': ", key, ".", k, " is true; expected false or a {bits, group_size} object");
+      out.overrides[k] = std::nullopt;
+    } else if (v.is_object()) {
+      out.overrides[k] = parse_quant_spec(v, std::string(key) + "." + k, path);
+    } else {
+      fail("config '", path, "': ", key, ".", k, " is ", v.dump(), "; expected false or a {bits, group_size} object");
+    }
+  }
+  out.default_spec = parse_quant_spec(defaults, key, path);
+  return out;
+}
+
 }  // namespace
+
+std::optional<QuantSpec> QuantizationConfig::spec_for(const std::string& module) const {
+  auto it = overrides.find(module);
+  if (it != overrides.end()) return it->second;
+  return default_spec;
+}
 
 ModelConfig parse_hf_config(const json& j, const std::string& path) {
   if (!j.is_object()) fail("config '", path, "' is not a JSON object");
@@ -128,6 +184,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
 
   if (j.contains("eos_token_id")) c.eos_token_ids = int_or_list(j["eos_token_id"]);
   if (auto b = optional_int(j, "bos_token_id", path)) c.bos_token_id = static_cast<int32_t>(*b);
+  c.quantization = parse_quantization(j, path);
   return c;
 }
 

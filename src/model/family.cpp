@@ -5,12 +5,12 @@
 namespace graft::model {
 
 const std::vector<FamilyTraits>& families() {
-  // model_type, attention_bias, qk_norm, default_tie, gguf_permuted_qk, gguf_arch
+  // model_type, attention_bias, qk_norm, default_tie, gguf_permuted_qk, gguf_arch, tied_embedding_adapters
   static const std::vector<FamilyTraits> kFamilies = {
-      {"llama", false, false, false, true, "llama"},
-      {"mistral", false, false, false, true, "llama"},
-      {"qwen2", true, false, false, false, "qwen2"},
-      {"qwen3", false, true, true, false, "qwen3"},
+      {"llama", false, false, false, true, "llama", true},
+      {"mistral", false, false, false, true, "llama", true},
+      {"qwen2", true, false, false, false, "qwen2", true},
+      {"qwen3", false, true, true, false, "qwen3", true},
   };
   return kFamilies;
 }

@@ -4,7 +4,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "graft/adapter/adapted_source.h"
 #include "graft/core/error.h"
+#include "graft/model/model_adapters.h"
 #include "graft/text/gguf_tokenizer.h"
 
 namespace graft::model {
@@ -83,7 +85,9 @@ ModelSource open_model_source(const std::string& path) {
   if (!fs::exists(cfg)) fail("model directory '", path, "' has no config.json");
   ModelConfig c = parse_hf_config(read_json(cfg), cfg.string());
   merge_generation_config(path, c);
-  return ModelSource{"safetensors", c, io::open_safetensors_checkpoint(path), nullptr};
+  std::shared_ptr<io::TensorSource> source = io::open_safetensors_checkpoint(path);
+  if (c.quantization) source = std::make_shared<QuantizedCheckpointSource>(source, *c.quantization);
+  return ModelSource{"safetensors", c, source, nullptr};
 }
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
@@ -104,8 +108,31 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
     fail("model '", path, "': tokenizer has ", tok->vocab_size(), " tokens but the embedding has only ",
          src.config.vocab_size, " rows");
   if (src.config.eos_token_ids.empty() && tok->eos_id()) src.config.eos_token_ids.push_back(*tok->eos_id());
-  ModelWeights w = load_weights(src.config, *src.source, options.progress, options.weight_dtype);
-  return LoadedModel{path, src.format, src.config, src.source, std::move(w), std::move(*tok), chat_template};
+  auto quantized = std::dynamic_pointer_cast<const QuantizedCheckpointSource>(src.source);
+  WeightLoadOptions wo;
+  wo.progress = options.progress;
+  wo.weight_dtype = options.weight_dtype;
+  wo.quantized = quantized.get();
+  std::shared_ptr<const io::TensorSource> weights_source = src.source;
+  std::shared_ptr<const adapter::WeightAdapterPlan> plan;
+  if (!options.fused_adapters.empty()) {
+    const auto qweights = quantized ? quantized->quantized_weights() : std::vector<std::string>{};
+    plan = bind_model_adapters(src.config, *src.source, options.fused_adapters, AdapterPath::Fused, qweights,
+                               options.fuse_requantize);
+    adapter::AdaptedSourceOptions ao;
+    ao.policy = options.merge_policy;
+    ao.parallel = options.parallel;
+    weights_source = adapter::make_weight_adapter_source(src.source, plan, ao);
+    if (quantized)
+      for (const auto& [tensor, updates] : plan->updates)
+        if (quantized->is_quantized(tensor)) {
+          wo.requantize.insert(tensor);
+          wo.requantize_scale_dtype = quantized->scale_dtype(tensor);
+        }
+  }
+  ModelWeights w = load_weights(src.config, *weights_source, wo);
+  return LoadedModel{path,     src.format, src.config,    src.source, quantized, plan, std::move(w), std::move(*tok),
+                     chat_template};
 }
 
 }  // namespace graft::model

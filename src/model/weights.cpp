@@ -8,6 +8,7 @@
 #include "graft/core/convert.h"
 #include "graft/core/error.h"
 #include "graft/model/family.h"
+#include "graft/model/quantized_source.h"
 
 namespace graft::model {
 
@@ -41,9 +42,14 @@ struct Loader {
   }
 };
 
-Tensor read_matrix(const io::TensorSource& s, const std::string& name, std::optional<DType> dtype) {
+Matrix read_matrix(const io::TensorSource& s, const std::string& name, const WeightLoadOptions& o) {
+  if (o.quantized && o.quantized->is_quantized(name)) {
+    if (!o.requantize.count(name)) return Matrix::of(o.quantized->quantized(name));
+    const QuantSpec spec = o.quantized->spec(name);
+    return Matrix::of(quantize_affine(s.read(name), spec.bits, spec.group_size, o.requantize_scale_dtype));
+  }
   Tensor t = s.read(name);
-  return dtype ? convert_tensor(t, *dtype) : t;
+  return Matrix::of(o.weight_dtype ? convert_tensor(t, *o.weight_dtype) : t);
 }
 
 Tensor read_vector_f32(const io::TensorSource& s, const std::string& name) { return to_f32(s.read(name)); }
@@ -54,10 +60,38 @@ bool ignorable(const std::string& name) {
   return std::regex_match(name, kIgnorable);
 }
 
+bool same_matrix(const Matrix& a, const Matrix& b) {
+  auto same = [](const Tensor& x, const Tensor& y) {
+    return x.dtype == y.dtype && x.shape == y.shape &&
+           (x.data == y.data || std::memcmp(x.data, y.data, static_cast<size_t>(x.nbytes())) == 0);
+  };
+  if (a.quantized() != b.quantized()) return false;
+  if (!a.quantized()) return same(a.dense, b.dense);
+  return a.quant.bits == b.quant.bits && a.quant.group_size == b.quant.group_size && same(a.quant.packed, b.quant.packed) &&
+         same(a.quant.scales, b.quant.scales) && same(a.quant.biases, b.quant.biases);
+}
+
 }  // namespace
 
-ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, const LoadProgress& progress,
-                          std::optional<DType> weight_dtype) {
+Matrix Matrix::of(Tensor t) {
+  Matrix m;
+  m.rows = t.shape.size() == 2 ? t.shape[0] : 0;
+  m.cols = t.shape.size() == 2 ? t.shape[1] : 0;
+  m.dense = std::move(t);
+  return m;
+}
+
+Matrix Matrix::of(AffineQuantized q) {
+  Matrix m;
+  m.rows = q.rows;
+  m.cols = q.cols;
+  m.quant = std::move(q);
+  return m;
+}
+
+ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, const WeightLoadOptions& options) {
+  const auto& progress = options.progress;
+  const auto& weight_dtype = options.weight_dtype;
   if (weight_dtype && *weight_dtype != DType::F32 && *weight_dtype != DType::F16 && *weight_dtype != DType::BF16)
     fail("weight dtype must be F32, F16 or BF16, not ", dtype_name(*weight_dtype));
   Loader ld{source, {}, {}};
@@ -92,30 +126,26 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
   int64_t done = 0;
   auto tick = [&] { if (progress) progress(++done, total); };
   ModelWeights w;
-  w.embed = read_matrix(source, kEmbedName, weight_dtype);
+  w.embed = read_matrix(source, kEmbedName, options);
   tick();
   w.final_norm = read_vector_f32(source, kFinalNormName);
   tick();
   if (c.tie_word_embeddings) {
     w.lm_head = w.embed;
-    if (has_head) {
-      Tensor head = source.read(kLmHeadName);
-      if (head.dtype != w.embed.dtype || head.shape != w.embed.shape ||
-          std::memcmp(head.data, w.embed.data, static_cast<size_t>(head.nbytes())) != 0)
-        fail(source.describe(), ": tie_word_embeddings is true but lm_head.weight differs from the embedding");
-    }
+    if (has_head && !same_matrix(read_matrix(source, kLmHeadName, options), w.embed))
+      fail(source.describe(), ": tie_word_embeddings is true but lm_head.weight differs from the embedding");
   } else {
-    w.lm_head = read_matrix(source, kLmHeadName, weight_dtype);
+    w.lm_head = read_matrix(source, kLmHeadName, options);
   }
   tick();
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights L;
     auto name = [&](LayerTensor r) { return hf_layer_tensor_name(i, r); };
     L.attn_norm = read_vector_f32(source, name(LayerTensor::AttnNorm));
-    L.q = read_matrix(source, name(LayerTensor::Q), weight_dtype);
-    L.k = read_matrix(source, name(LayerTensor::K), weight_dtype);
-    L.v = read_matrix(source, name(LayerTensor::V), weight_dtype);
-    L.o = read_matrix(source, name(LayerTensor::O), weight_dtype);
+    L.q = read_matrix(source, name(LayerTensor::Q), options);
+    L.k = read_matrix(source, name(LayerTensor::K), options);
+    L.v = read_matrix(source, name(LayerTensor::V), options);
+    L.o = read_matrix(source, name(LayerTensor::O), options);
     if (c.attention_bias) {
       L.q_bias = read_vector_f32(source, name(LayerTensor::QBias));
       L.k_bias = read_vector_f32(source, name(LayerTensor::KBias));
@@ -126,9 +156,9 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
       L.k_norm = read_vector_f32(source, name(LayerTensor::KNorm));
     }
     L.mlp_norm = read_vector_f32(source, name(LayerTensor::MlpNorm));
-    L.gate = read_matrix(source, name(LayerTensor::Gate), weight_dtype);
-    L.up = read_matrix(source, name(LayerTensor::Up), weight_dtype);
-    L.down = read_matrix(source, name(LayerTensor::Down), weight_dtype);
+    L.gate = read_matrix(source, name(LayerTensor::Gate), options);
+    L.up = read_matrix(source, name(LayerTensor::Up), options);
+    L.down = read_matrix(source, name(LayerTensor::Down), options);
     w.layers.push_back(std::move(L));
     tick();
   }

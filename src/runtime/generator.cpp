@@ -80,7 +80,8 @@ GenerateResult generate(ThreadPool& pool, Transformer& model, const text::Tokeni
   };
 
   auto t0 = Clock::now();
-  SequenceInput in{&cache, prompt, false};
+  std::vector<float> scales = options.lora_scales;
+  SequenceInput in{&cache, prompt, false, scales};
   std::vector<float> logits = model.forward(pool, std::span(&in, 1));
   res.prompt_seconds = seconds_since(t0);
 
@@ -110,7 +111,8 @@ GenerateResult generate(ThreadPool& pool, Transformer& model, const text::Tokeni
       res.reason = StopReason::ContextFull;
       break;
     }
-    SequenceInput step{&cache, std::span(&history.back(), 1), false};
+    if (options.update_lora_scales) options.update_lora_scales(static_cast<int64_t>(res.tokens.size()), scales);
+    SequenceInput step{&cache, std::span(&history.back(), 1), false, scales};
     logits = model.forward(pool, std::span(&step, 1));
   }
   if (!stopped) emit(stops.push(decoder.flush(), stopped) + (stopped ? "" : stops.flush()));

@@ -41,12 +41,52 @@ struct RowInfo {
 
 }  // namespace
 
-Transformer::Transformer(const model::ModelConfig& config, const model::ModelWeights& weights)
-    : config_(config), weights_(weights), inv_freq_(model::rope_inv_freq(config)) {}
+Transformer::Transformer(const model::ModelConfig& config, const model::ModelWeights& weights,
+                         std::shared_ptr<const LoraSet> loras)
+    : config_(config),
+      weights_(weights),
+      loras_(loras ? std::move(loras) : std::make_shared<const LoraSet>()),
+      inv_freq_(model::rope_inv_freq(config)) {
+  for (const auto& a : loras_->adapters)
+    if (!a || a->terms.size() != static_cast<size_t>(config.num_layers + 1))
+      fail("Transformer: an unfused adapter was built for a different model");
+}
 
-void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y) {
+// y[rows, out] += s_row · ((x_rows · Aᵀ) · Bᵀ) for each term, on the rows that use this adapter.
+// The rows are gathered into one matrix so the two thin products run once per adapter, whatever
+// the number of sequences; the scale multiplies the finished product, as PEFT and mlx-lm do.
+void Transformer::add_lora_terms(ThreadPool& pool, const std::vector<LoraTerm>& terms, const AdapterRows& ar,
+                                 const float* x, int64_t in, float* y, int64_t out) {
+  if (terms.empty() || ar.rows.empty()) return;
+  const int64_t n = static_cast<int64_t>(ar.rows.size());
+  std::vector<float> gathered;
+  const float* xs = x;
+  const bool identity = ar.rows.front() == 0 && ar.rows.back() == n - 1;  // rows are ascending
+  if (!identity) {
+    gathered.resize(static_cast<size_t>(n * in));
+    for (int64_t i = 0; i < n; ++i) std::copy(x + ar.rows[i] * in, x + (ar.rows[i] + 1) * in, &gathered[i * in]);
+    xs = gathered.data();
+  }
+  std::vector<float> low, up;
+  for (const LoraTerm& t : terms) {
+    const int64_t r = t.a.shape[0], rows = t.b.shape[0];
+    low.resize(static_cast<size_t>(n * r));
+    up.resize(static_cast<size_t>(n * rows));
+    matmul(pool, xs, n, in, t.a, low.data());
+    matmul(pool, low.data(), n, r, t.b, up.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = t.scale * ar.scales[i];
+      float* yr = y + ar.rows[i] * out + t.row0;
+      const float* u = &up[i * rows];
+      for (int64_t c = 0; c < rows; ++c) yr[c] += s * u[c];
+    }
+  }
+}
+
+void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
+                          const RowGroups& groups) {
   const model::LayerWeights* L = layer >= 0 ? &weights_.layers[layer] : nullptr;
-  const Tensor* w = nullptr;
+  const model::Matrix* w = nullptr;
   const Tensor* bias = nullptr;
   switch (p) {
     case Projection::Q: w = &L->q; bias = &L->q_bias; break;
@@ -58,8 +98,57 @@ void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const f
     case Projection::Down: w = &L->down; break;
     case Projection::LmHead: w = &weights_.lm_head; break;
   }
-  matmul(pool, x, m, w->shape[1], *w, y);
-  if (bias && bias->data) add_bias(y, *bias, m, w->shape[0]);
+  if (w->quantized())
+    matmul_affine(pool, x, m, w->cols, w->quant, y);
+  else
+    matmul(pool, x, m, w->cols, w->dense, y);
+  if (bias && bias->data) add_bias(y, *bias, m, w->rows);
+  const int64_t site = p == Projection::LmHead ? config_.num_layers : layer;
+  for (size_t a = 0; a < groups.size(); ++a)
+    add_lora_terms(pool, loras_->adapters[a]->at(site, p), groups[a], x, w->cols, y, w->rows);
+}
+
+// Input rows: the embedding row of each token (dequantized when the embedding is quantized) plus
+// each adapter's embedding term s·B[id]·A.
+void Transformer::embed_rows(std::span<const SequenceInput> batch, float* x, const RowGroups& groups) {
+  const int64_t H = config_.hidden_size;
+  const model::Matrix& e = weights_.embed;
+  int64_t r = 0;
+  for (const auto& s : batch)
+    for (int32_t id : s.tokens) {
+      if (e.quantized())
+        dequantize_affine_row(e.quant, id, x + r * H);
+      else
+        convert_to_f32(e.dense.dtype, static_cast<const uint8_t*>(e.dense.data) + dtype_bytes(e.dense.dtype, id * H),
+                       x + r * H, H);
+      ++r;
+    }
+  std::vector<int32_t> ids;
+  for (const auto& s : batch) ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
+  std::vector<float> brow, arow;
+  for (size_t a = 0; a < groups.size(); ++a) {
+    for (const LoraTerm& t : loras_->adapters[a]->embed) {
+      const int64_t rank = t.a.shape[0];
+      brow.resize(static_cast<size_t>(rank));
+      arow.resize(static_cast<size_t>(H));
+      std::vector<float> z(static_cast<size_t>(H));
+      for (size_t i = 0; i < groups[a].rows.size(); ++i) {
+        const int64_t row = groups[a].rows[i];
+        const int64_t id = ids[static_cast<size_t>(row)] - t.row0;
+        if (id < 0 || id >= t.b.shape[0]) continue;
+        convert_to_f32(t.b.dtype, static_cast<const uint8_t*>(t.b.data) + dtype_bytes(t.b.dtype, id * rank), brow.data(),
+                       rank);
+        // z = B[id]·A (k ascending), then x += s·z: mlx-lm's s·(A[ids]·B) in graft's orientation.
+        std::fill(z.begin(), z.end(), 0.0f);
+        for (int64_t k = 0; k < rank; ++k) {
+          convert_to_f32(t.a.dtype, static_cast<const uint8_t*>(t.a.data) + dtype_bytes(t.a.dtype, k * H), arow.data(), H);
+          for (int64_t c = 0; c < H; ++c) z[c] += brow[k] * arow[c];
+        }
+        const float s = t.scale * groups[a].scales[i];
+        for (int64_t c = 0; c < H; ++c) x[row * H + c] += s * z[c];
+      }
+    }
+  }
 }
 
 void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const SequenceInput> batch, const float* q,
@@ -112,6 +201,11 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     if (s.cache->size() + static_cast<int64_t>(s.tokens.size()) > s.cache->capacity())
       fail("context full: ", s.cache->size(), " cached + ", s.tokens.size(), " new tokens exceed the context size ",
            s.cache->capacity());
+    if (!s.lora_scales.empty() && s.lora_scales.size() != loras_->size())
+      fail("forward: a sequence gives ", s.lora_scales.size(), " adapter scales but ", loras_->size(),
+           " unfused adapter(s) are loaded");
+    for (float v : s.lora_scales)
+      if (!std::isfinite(v)) fail("forward: adapter scale ", v, " is not finite");
     T += static_cast<int64_t>(s.tokens.size());
   }
   for (const auto& s : batch) s.cache->reserve_more(static_cast<int64_t>(s.tokens.size()));
@@ -120,16 +214,27 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   std::vector<float> gate(T * F), up(T * F);
   std::vector<RowInfo> rows;
   rows.reserve(static_cast<size_t>(T));
-  {
-    int64_t r = 0;
-    for (size_t s = 0; s < batch.size(); ++s)
-      for (size_t t = 0; t < batch[s].tokens.size(); ++t, ++r) {
-        rows.push_back({static_cast<int64_t>(s), batch[s].cache->size() + static_cast<int64_t>(t)});
-        const Tensor& e = weights_.embed;
-        const int64_t id = batch[s].tokens[t];
-        convert_to_f32(e.dtype, static_cast<const uint8_t*>(e.data) + dtype_bytes(e.dtype, id * H), &x[r * H], H);
+  for (size_t s = 0; s < batch.size(); ++s)
+    for (size_t t = 0; t < batch[s].tokens.size(); ++t)
+      rows.push_back({static_cast<int64_t>(s), batch[s].cache->size() + static_cast<int64_t>(t)});
+  // Rows per adapter (only those with a non-zero scale), for the token matrix.
+  auto group_rows = [&](const std::vector<int64_t>& seq_of_row) {
+    RowGroups g(loras_->size());
+    for (size_t a = 0; a < g.size(); ++a)
+      for (size_t r = 0; r < seq_of_row.size(); ++r) {
+        const auto& sc = batch[static_cast<size_t>(seq_of_row[r])].lora_scales;
+        const float v = sc.empty() ? 0.0f : sc[a];
+        if (v != 0.0f) {
+          g[a].rows.push_back(static_cast<int64_t>(r));
+          g[a].scales.push_back(v);
+        }
       }
-  }
+    return g;
+  };
+  std::vector<int64_t> seq_of_row;
+  for (const auto& ri : rows) seq_of_row.push_back(ri.seq);
+  const RowGroups groups = group_rows(seq_of_row);
+  embed_rows(batch, x.data(), groups);
   const float eps = static_cast<float>(c.rms_norm_eps);
   auto norm_rows = [&](const float* in, const Tensor& w, float* out) {
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
@@ -140,9 +245,9 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const model::LayerWeights& L = weights_.layers[l];
     norm_rows(x.data(), L.attn_norm, xn.data());
-    project(pool, l, Projection::Q, xn.data(), T, q.data());
-    project(pool, l, Projection::K, xn.data(), T, k.data());
-    project(pool, l, Projection::V, xn.data(), T, v.data());
+    project(pool, l, Projection::Q, xn.data(), T, q.data(), groups);
+    project(pool, l, Projection::K, xn.data(), T, k.data(), groups);
+    project(pool, l, Projection::V, xn.data(), T, v.data(), groups);
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         float* qr = &q[r * QD];
@@ -161,16 +266,16 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
       }
     });
     attention(pool, l, batch, q.data(), att.data());
-    project(pool, l, Projection::O, att.data(), T, tmp.data());
+    project(pool, l, Projection::O, att.data(), T, tmp.data(), groups);
     add(x.data(), tmp.data(), T * H);
 
     norm_rows(x.data(), L.mlp_norm, xn.data());
-    project(pool, l, Projection::Gate, xn.data(), T, gate.data());
-    project(pool, l, Projection::Up, xn.data(), T, up.data());
+    project(pool, l, Projection::Gate, xn.data(), T, gate.data(), groups);
+    project(pool, l, Projection::Up, xn.data(), T, up.data(), groups);
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) silu_mul(&gate[r * F], &up[r * F], F, &gate[r * F]);
     });
-    project(pool, l, Projection::Down, gate.data(), T, tmp.data());
+    project(pool, l, Projection::Down, gate.data(), T, tmp.data(), groups);
     add(x.data(), tmp.data(), T * H);
   }
 
@@ -191,7 +296,9 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   std::vector<float> hn(R * H);
   for (int64_t i = 0; i < R; ++i) rms_norm(&x[out_rows[i] * H], weights_.final_norm.as<float>(), H, eps, &hn[i * H]);
   std::vector<float> logits(R * c.vocab_size);
-  project(pool, -1, Projection::LmHead, hn.data(), R, logits.data());
+  std::vector<int64_t> seq_of_out;
+  for (int64_t r : out_rows) seq_of_out.push_back(seq_of_row[static_cast<size_t>(r)]);
+  project(pool, -1, Projection::LmHead, hn.data(), R, logits.data(), group_rows(seq_of_out));
   for (const auto& s : batch) s.cache->advance(static_cast<int64_t>(s.tokens.size()));
   return logits;
 }

@@ -3,6 +3,7 @@
 // parse time, naming it and listing what is supported.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,24 @@ struct RopeScaling {
   double low_freq_factor = 1.0;   // llama3
   double high_freq_factor = 4.0;  // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+// mlx-lm affine quantization of a module: bits 4 | 8, group size 32 | 64 | 128.
+struct QuantSpec {
+  int bits = 0;
+  int group_size = 0;
+  bool operator==(const QuantSpec&) const = default;
+};
+
+// config.json's "quantization" block (mirrored as "quantization_config" by mlx-lm): a default and
+// per-module overrides keyed by module path ("model.layers.0.mlp.down_proj"), where nullopt
+// means "left unquantized" (false in the file). Whether a module *is* quantized is decided by its
+// `.scales` tensor existing, as mlx-lm does; the spec says how.
+struct QuantizationConfig {
+  QuantSpec default_spec;
+  std::map<std::string, std::optional<QuantSpec>> overrides;
+  // The spec for a module path (the override if any, else the default); nullopt if overridden off.
+  std::optional<QuantSpec> spec_for(const std::string& module) const;
 };
 
 struct ModelConfig {
@@ -41,6 +60,7 @@ struct ModelConfig {
   std::optional<int64_t> sliding_window;  // mistral: attend to at most this many past positions
   std::vector<int32_t> eos_token_ids;      // from config/generation_config (may be several)
   std::optional<int32_t> bos_token_id;
+  std::optional<QuantizationConfig> quantization;  // mlx-lm quantized checkpoint
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

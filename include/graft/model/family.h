@@ -16,6 +16,10 @@ struct FamilyTraits {
   bool default_tie;          // tie_word_embeddings when config.json omits it
   bool gguf_permuted_qk;     // llama.cpp's converter permutes q/k rows for this family's GGUF arch
   const char* gguf_arch;     // general.architecture in GGUF files
+  // An embed_tokens adapter pair may be applied on a tied checkpoint (to the lookup and, through
+  // the shared weight, to the head). True where the head is exactly the embedding read as a
+  // linear layer (no embedding scaling or soft-capping that would make the two uses differ).
+  bool tied_embedding_adapters;
 };
 
 // The table of supported families; lookup throws listing the supported names.

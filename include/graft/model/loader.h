@@ -5,9 +5,12 @@
 #include <optional>
 #include <string>
 
+#include "graft/adapter/bind.h"
+#include "graft/adapter/merge.h"
 #include "graft/io/gguf.h"
 #include "graft/io/tensor_source.h"
 #include "graft/model/config.h"
+#include "graft/model/quantized_source.h"
 #include "graft/model/weights.h"
 #include "graft/text/tokenizer.h"
 
@@ -17,7 +20,11 @@ struct LoadedModel {
   std::string path;
   std::string format;  // "safetensors" | "gguf"
   ModelConfig config;
-  std::shared_ptr<io::TensorSource> source;  // HF tensor names, whatever the file format
+  // HF tensor names, whatever the file format; an mlx-lm quantized checkpoint's quantized weights
+  // appear dequantized at their logical shapes (what adapters bind against).
+  std::shared_ptr<const io::TensorSource> source;
+  std::shared_ptr<const QuantizedCheckpointSource> quantized;  // set for mlx-lm quantized checkpoints
+  std::shared_ptr<const adapter::WeightAdapterPlan> fused;     // the adapters fused at load, if any
   ModelWeights weights;
   text::Tokenizer tokenizer;
   std::optional<std::string> chat_template;
@@ -26,6 +33,13 @@ struct LoadedModel {
 struct LoadOptions {
   LoadProgress progress;
   std::optional<DType> weight_dtype;  // convert matrices at load (e.g. BF16 to halve bandwidth)
+  // Adapters fused into the weights at load through the overlay source: each adapted tensor is
+  // materialized once (base + updates, in the base dtype) as the loader reads it; nothing else is
+  // copied. Every adapter is bound and checked before any weight is read.
+  std::vector<adapter::AdapterUse> fused_adapters;
+  adapter::MergePolicy merge_policy = adapter::MergePolicy::DeltaF32;
+  bool fuse_requantize = false;  // allow fusing into quantized weights (dequantize, merge, requantize)
+  adapter::ParallelFor parallel;  // row parallelism for merges
 };
 
 // A source and config without weights or tokenizer, for tools that only inspect.

@@ -1,41 +1,70 @@
 // The weights of a Llama-family decoder, read through a TensorSource by the family's name table.
-// Matrices stay in their stored dtype (F32/F16/BF16, zero-copy views of the mapping); norms and
-// biases are small and converted to F32.
+// Matrices stay in their stored form: F32/F16/BF16 (zero-copy views of the mapping) or mlx affine
+// quantized codes (packed uint32 + F32 scales/biases); norms and biases are small and converted
+// to F32.
 #pragma once
 #include <functional>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
+#include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
 #include "graft/io/tensor_source.h"
 #include "graft/model/config.h"
 
 namespace graft::model {
 
+// One weight matrix [rows, cols]: dense, or affine-quantized (then `dense` is empty).
+struct Matrix {
+  Tensor dense;           // F32/F16/BF16 [rows, cols]
+  AffineQuantized quant;  // when quantized()
+  int64_t rows = 0, cols = 0;
+
+  bool quantized() const { return quant.bits != 0; }
+  int64_t nbytes() const { return quantized() ? quant.nbytes() : dense.nbytes(); }
+  static Matrix of(Tensor t);
+  static Matrix of(AffineQuantized q);
+};
+
 struct LayerWeights {
   Tensor attn_norm;            // F32 [hidden]
-  Tensor q, k, v, o;           // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
+  Matrix q, k, v, o;           // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
   Tensor q_bias, k_bias, v_bias;  // F32 [q_dim], [kv_dim] x2 when attention_bias, else empty
   Tensor q_norm, k_norm;       // F32 [head_dim] when qk_norm, else empty
   Tensor mlp_norm;             // F32 [hidden]
-  Tensor gate, up, down;       // [inter, hidden] x2, [hidden, inter]
+  Matrix gate, up, down;       // [inter, hidden] x2, [hidden, inter]
 };
 
 struct ModelWeights {
-  Tensor embed;       // [vocab, hidden]
+  Matrix embed;       // [vocab, hidden]
   Tensor final_norm;  // F32 [hidden]
-  Tensor lm_head;     // [vocab, hidden]; the same view as embed when tied
+  Matrix lm_head;     // [vocab, hidden]; the same view as embed when tied
   std::vector<LayerWeights> layers;
 };
 
 // progress(done, total) is called after each tensor is read.
 using LoadProgress = std::function<void(int64_t, int64_t)>;
 
+class QuantizedCheckpointSource;
+
+struct WeightLoadOptions {
+  LoadProgress progress;
+  // Convert every dense matrix to this dtype (F32/F16/BF16) at load; unset keeps each matrix as
+  // stored (zero-copy). Quantized matrices stay quantized.
+  std::optional<DType> weight_dtype;
+  // The checkpoint's quantized modules: their packed codes are used as stored.
+  const QuantizedCheckpointSource* quantized = nullptr;
+  // Quantized weights to read through `source` instead (dequantized and merged with an adapter)
+  // and quantize again with their own spec: the explicit --fuse-requantize route.
+  std::set<std::string> requantize;
+  DType requantize_scale_dtype = DType::BF16;  // dtype the requantized scales are rounded to
+};
+
 // Reads and validates every tensor the config calls for: presence, dtype, shape. All problems are
 // collected and reported in one error; tensors the model would not use are refused, not skipped.
-// weight_dtype: convert every matrix to this dtype (F32/F16/BF16) at load; unset keeps each
-// matrix as stored (zero-copy).
 ModelWeights load_weights(const ModelConfig& config, const io::TensorSource& source,
-                          const LoadProgress& progress = nullptr, std::optional<DType> weight_dtype = std::nullopt);
+                          const WeightLoadOptions& options = {});
 
 }  // namespace graft::model

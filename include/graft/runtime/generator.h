@@ -22,6 +22,10 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::vector<std::string> stop;       // stop strings (not included in the output)
   std::vector<int32_t> eos_ids;        // generation stops at any of these (not emitted)
+  std::vector<float> lora_scales;      // one per unfused adapter of the model (empty: all 0)
+  // Called before each decode step with the number of tokens generated so far; may change the
+  // scales, which then apply from that step's token on (live scales, no reload).
+  std::function<void(int64_t generated, std::vector<float>& scales)> update_lora_scales;
 };
 
 struct GenerateResult {

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
 #include "graft/runtime/thread_pool.h"
 
@@ -23,5 +24,16 @@ void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, flo
 
 // Which kernel family matmul() dispatches to on this CPU: "avx512" or "avx2".
 const char* matmul_isa();
+
+}  // namespace graft::runtime
+
+namespace graft::runtime {
+
+// y[m, n] = x[m, k] · Wᵀ (+ y) for an affine-quantized W [n, k] (4 or 8 bits), without ever
+// dequantizing W: per weight row and group g, y += s_g·(Σ_{c∈g} q_c·x_c) + b_g·(Σ_{c∈g} x_c).
+// This equals dequantize-then-matmul up to F32 rounding (the sums are regrouped). Every output
+// element is summed in one fixed order, so results do not depend on m or the thread count.
+void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const AffineQuantized& w, float* y,
+                   bool accumulate = false);
 
 }  // namespace graft::runtime

@@ -9,6 +9,7 @@
 #include "graft/model/config.h"
 #include "graft/model/weights.h"
 #include "graft/runtime/kv_cache.h"
+#include "graft/runtime/lora.h"
 #include "graft/runtime/thread_pool.h"
 
 namespace graft::runtime {
@@ -17,14 +18,16 @@ struct SequenceInput {
   KVCache* cache;                 // positions continue from cache->size()
   std::span<const int32_t> tokens;
   bool all_logits = false;        // logits for every new token, else only for the last one
+  // The user scale of each unfused adapter of the Transformer's LoraSet, by index (empty: all 0).
+  // Read at every forward pass, so a scale changed between tokens applies to the next one.
+  // Scale 0 does no work for that adapter: the output is bit-identical to the base model's.
+  std::span<const float> lora_scales;
 };
-
-// Which projection a linear layer is; the unit the adapter runtime will attach terms to.
-enum class Projection { Q, K, V, O, Gate, Up, Down, LmHead };
 
 class Transformer {
  public:
-  Transformer(const model::ModelConfig& config, const model::ModelWeights& weights);
+  Transformer(const model::ModelConfig& config, const model::ModelWeights& weights,
+              std::shared_ptr<const LoraSet> loras = nullptr);
 
   // Runs the batch; returns logits rows [rows, vocab] in sequence order (per sequence: one row, or
   // one per token when all_logits). Advances each cache by its token count. Throws before
@@ -32,15 +35,28 @@ class Transformer {
   std::vector<float> forward(ThreadPool& pool, std::span<const SequenceInput> batch);
 
   const model::ModelConfig& config() const { return config_; }
+  const LoraSet& loras() const { return *loras_; }
 
  private:
-  // Every projection goes through here: y[m, out] = x[m, in] · Wᵀ (+ bias).
-  void project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y);
+  // Per forward pass: for each unfused adapter, the rows (of the token matrix, and of the head's
+  // rows) that use it and their scales, so terms gather rows by adapter.
+  struct AdapterRows {
+    std::vector<int64_t> rows;
+    std::vector<float> scales;
+  };
+  using RowGroups = std::vector<AdapterRows>;  // by adapter index; empty rows: adapter unused
+  // Every projection goes through here: y[m, out] = x[m, in] · Wᵀ (+ bias) + the adapter terms.
+  void project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
+               const RowGroups& groups);
+  void add_lora_terms(ThreadPool& pool, const std::vector<LoraTerm>& terms, const AdapterRows& rows, const float* x,
+                      int64_t in, float* y, int64_t out);
+  void embed_rows(std::span<const SequenceInput> batch, float* x, const RowGroups& groups);
   void attention(ThreadPool& pool, int64_t layer, std::span<const SequenceInput> batch, const float* q,
                  float* out);
 
   const model::ModelConfig& config_;
   const model::ModelWeights& weights_;
+  std::shared_ptr<const LoraSet> loras_;
   std::vector<float> inv_freq_;
 };
 

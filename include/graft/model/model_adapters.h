@@ -1,0 +1,42 @@
+// Binding adapters to a loaded model's tensors, with the model-level rules the adapter core cannot
+// know: the tied embedding/head pair and quantized weights.
+//
+// Tied checkpoints (tie_word_embeddings): an embed_tokens pair applies to the lookup and, through
+// the shared weight, to the head; it is allowed where the family says the head is the embedding
+// read as a linear layer (FamilyTraits::tied_embedding_adapters). An lm_head pair on a tied
+// checkpoint is refused on every path: it would have to change the embedding too. Untied
+// checkpoints take both (each on its own tensor).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "graft/adapter/bind.h"
+#include "graft/io/tensor_source.h"
+#include "graft/model/config.h"
+#include "graft/model/family.h"
+
+namespace graft::model {
+
+enum class AdapterPath { Fused, Unfused };
+
+// The model's bindings (model_adapter_bindings) plus, on a tied checkpoint without a stored
+// lm_head, an `lm_head` binding of the embedding's shape so an lm_head pair resolves and is
+// refused by name instead of reading as "no matching weight".
+adapter::WeightAdapterBindings bindings_for_model(const ModelConfig& config, const io::TensorSource& source);
+
+// Throws (listing every offending adapter module) if the tied-head rules above are broken.
+void check_tied_head_rules(const ModelConfig& config, const FamilyTraits& family,
+                           const std::vector<adapter::AdapterUse>& adapters,
+                           const adapter::WeightAdapterBindings& bindings, AdapterPath path);
+
+// check_tied_head_rules, then bind_weight_adapter against the model's bindings. Nothing is read
+// or changed. Fusing into a quantized checkpoint's quantized weight is refused here too (naming
+// the tensors), unless allow_requantize.
+std::shared_ptr<adapter::WeightAdapterPlan> bind_model_adapters(const ModelConfig& config,
+                                                                const io::TensorSource& source,
+                                                                const std::vector<adapter::AdapterUse>& adapters,
+                                                                AdapterPath path,
+                                                                const std::vector<std::string>& quantized_weights = {},
+                                                                bool allow_requantize = false);
+
+}  // namespace graft::model
