@@ -122,6 +122,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
     adapter::AdaptedSourceOptions ao;
     ao.policy = options.merge_policy;
     ao.parallel = options.parallel;
+    ao.dtype = options.weight_dtype;  // merge straight into the load dtype: one rounding, not two
     weights_source = adapter::make_weight_adapter_source(src.source, plan, ao);
     if (quantized)
       for (const auto& [tensor, updates] : plan->updates)
