@@ -1,0 +1,137 @@
+// The embedding / output-head rules on every load path (fused at load, unfused terms), for tied and
+// untied checkpoints of every family:
+//   * embed_tokens pair: allowed; on a tied checkpoint it changes the head too, on both paths;
+//   * lm_head pair: allowed on untied checkpoints, refused on tied ones (both paths);
+//   * embed_tokens pair on a tied checkpoint of a family whose head is not the embedding read as a
+//     linear layer: refused (no shipped family is such; checked with made-up traits).
+// Adapters are built in memory (the file formats are the importers' tests).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "graft/adapter/weight_adapter.h"
+#include "graft/core/error.h"
+#include "graft/model/loader.h"
+#include "graft/model/model_adapters.h"
+#include "graft/runtime/lora.h"
+#include "graft/runtime/transformer.h"
+#include "test_paths.h"
+
+namespace graft::runtime {
+namespace {
+
+Tensor pattern(const Shape& shape, float amp, int seed) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = amp * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(seed));
+  std::vector<uint8_t> bytes(v.size() * 4);
+  std::memcpy(bytes.data(), v.data(), bytes.size());
+  return Tensor::owned(DType::F32, shape, std::move(bytes));
+}
+
+// A rank-4 pair on `module` with ΔW [rows, cols], ΔW = 0.5·B·A.
+std::shared_ptr<const adapter::WeightAdapter> pair_adapter(const std::string& module, int64_t rows, int64_t cols,
+                                                           bool embedding) {
+  auto a = std::make_shared<adapter::WeightAdapter>();
+  a->path = "in-memory " + module;
+  adapter::AdapterTarget t;
+  t.module = module;
+  t.embedding = embedding;
+  t.update = adapter::LowRankUpdate{pattern({4, cols}, 0.3f, 1), pattern({rows, 4}, 0.3f, 2), 0.5f};
+  t.keys = {module + ".lora_a", module + ".lora_b"};
+  a->targets.push_back(std::move(t));
+  return a;
+}
+
+std::vector<float> run(const model::LoadedModel& m, std::shared_ptr<const LoraSet> set, std::vector<float> scales) {
+  ThreadPool pool(1);
+  Transformer t(m.config, m.weights, std::move(set));
+  KVCache cache(m.config, 16);
+  const std::vector<int32_t> prompt = {5, 17, 42, 99};
+  SequenceInput in{&cache, prompt, true, scales};
+  return t.forward(pool, std::span(&in, 1));
+}
+
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]) / std::max(1.0f, std::abs(b[i])));
+  return m;
+}
+
+void expect_refused(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "not refused; expected an error containing: " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+class HeadRules : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HeadRules, EmbedPairAppliesOnBothPathsAndLmHeadFollowsTheTie) {
+  const std::string dir = test::fixture(std::string("models/") + GetParam());
+  model::LoadedModel base = model::load_model(dir);
+  const auto& c = base.config;
+  auto embed = pair_adapter("model.embed_tokens", c.vocab_size, c.hidden_size, true);
+  auto head = pair_adapter("lm_head", c.vocab_size, c.hidden_size, false);
+
+  // embed_tokens: fused and unfused agree, on tied checkpoints including the head's change.
+  model::LoadOptions o;
+  o.fused_adapters = {{embed, 1.0f}};
+  o.weight_dtype = DType::F32;
+  const auto fused = run(model::load_model(dir, o), nullptr, {});
+  auto set = make_lora_set(c, *base.source, {{embed, 1.0f}});
+  const auto unfused = run(base, set, {1.0f});
+  const auto plain = run(base, nullptr, {});
+  EXPECT_LE(max_diff(unfused, fused), 2e-5f);
+  EXPECT_GT(max_diff(unfused, plain), 1e-3f);
+  if (c.tie_word_embeddings) {
+    // The head term matters: without it the unfused path would miss the fused (shared-weight)
+    // result by far more than rounding.
+    EXPECT_EQ(set->adapters[0]->at(c.num_layers, Projection::LmHead).size(), 1u);
+    auto lookup_only = std::make_shared<LoraAdapter>(*set->adapters[0]);
+    lookup_only->terms[static_cast<size_t>(c.num_layers)][static_cast<size_t>(Projection::LmHead)].clear();
+    auto partial = std::make_shared<LoraSet>();
+    partial->adapters.push_back(lookup_only);
+    EXPECT_GT(max_diff(run(base, partial, {1.0f}), fused), 1e-3f);
+  } else {
+    EXPECT_TRUE(set->adapters[0]->at(c.num_layers, Projection::LmHead).empty());
+  }
+
+  if (c.tie_word_embeddings) {
+    expect_refused([&] { model::load_model(dir, [&] { model::LoadOptions h; h.fused_adapters = {{head, 1.0f}}; return h; }()); },
+                   "adapts lm_head, but this checkpoint ties lm_head to embed_tokens");
+    expect_refused([&] { make_lora_set(c, *base.source, {{head, 1.0f}}); },
+                   "adapts lm_head, but this checkpoint ties lm_head to embed_tokens");
+  } else {
+    model::LoadOptions h;
+    h.fused_adapters = {{head, 1.0f}};
+    h.weight_dtype = DType::F32;
+    const auto fused_head = run(model::load_model(dir, h), nullptr, {});
+    const auto unfused_head = run(base, make_lora_set(c, *base.source, {{head, 1.0f}}), {1.0f});
+    EXPECT_LE(max_diff(unfused_head, fused_head), 2e-5f);
+    EXPECT_GT(max_diff(unfused_head, plain), 1e-3f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, HeadRules,
+                         ::testing::Values("llama_f32", "llama_bf16", "mistral_f32", "qwen2_f32", "qwen2_bf16",
+                                           "qwen3_f32", "qwen3_bf16"));
+
+TEST(HeadRules, TiedEmbeddingOnAFamilyWithoutTheRuleIsRefused) {
+  model::LoadedModel base = model::load_model(test::fixture("models/qwen2_f32"));
+  ASSERT_TRUE(base.config.tie_word_embeddings);
+  auto embed = pair_adapter("model.embed_tokens", base.config.vocab_size, base.config.hidden_size, true);
+  model::FamilyTraits other = model::family("qwen2");
+  other.tied_embedding_adapters = false;
+  const auto bindings = model::bindings_for_model(base.config, *base.source);
+  for (auto path : {model::AdapterPath::Fused, model::AdapterPath::Unfused})
+    expect_refused([&] { model::check_tied_head_rules(base.config, other, {{embed, 1.0f}}, bindings, path); },
+                   "adapts embed_tokens of a tied qwen2 checkpoint");
+  // The shipped families all allow it.
+  for (const auto& f : model::families()) EXPECT_TRUE(f.tied_embedding_adapters) << f.model_type;
+}
+
+}  // namespace
+}  // namespace graft::runtime
