@@ -3,7 +3,7 @@
 
 Developer tool (not run by CI); the outputs are committed under tests/fixtures/mlx_quant/ (README.md there
 describes the algorithm bit-for-bit, every file's layout and the observed tolerances).
-Needs: mlx + mlx-lm (CPU backend is enough; the fixtures were made on x86-64 Linux), safetensors, numpy.
+Needs: mlx + mlx-lm (CPU backend is enough; the fixtures were made on x86-64 Linux), numpy.
 
 Writes tests/fixtures/mlx_quant/:
 
@@ -49,7 +49,7 @@ rounds of random bit-exactness checks against mx.quantize / mx.dequantize / mx.q
 Usage: python3 tools/gen_mlx_quant_fixtures.py [--only cases|matmul|models ...] [--out DIR] [--keep-tmp]
                                               [--verify-only] [--sweep N]
 All seeds are fixed; a rerun on CPU with the same versions (mlx 0.32.4, mlx-lm 0.32.2) reproduces the files.
-Takes ~1 minute on one CPU core.
+Takes ~1.5 minutes on one CPU core.
 """
 import argparse
 import json
@@ -121,8 +121,11 @@ def quantize_ref(w, group_size, bits, dt="f32"):
     n_bins = np.float32((1 << bits) - 1)
     eps = np.float32(1e-7)
     with np.errstate(all="ignore"):
-        w_max = g.max(axis=1)
-        w_min = g.min(axis=1)
+        # std::max / std::min loops starting at -inf / +inf: a NaN element never wins (NaNs are ignored;
+        # an all-NaN group gives max = -inf, min = +inf)
+        nan = np.isnan(g)
+        w_max = np.where(nan, np.float32(-np.inf), g).max(axis=1)
+        w_min = np.where(nan, np.float32(np.inf), g).min(axis=1)
         mask = np.abs(w_min) > np.abs(w_max)
         scale = np.maximum((w_max - w_min) / n_bins, eps).astype(np.float32)
         scale = np.where(mask, scale, -scale).astype(np.float32)
@@ -205,6 +208,19 @@ def st_read(path):
         out[k] = arr
         dts[k] = v["dtype"]
     return out, dts, meta
+
+
+def same_or_nan(a, b):
+    """bitwise equal, except that any NaN matches any NaN (mlx's NaN bit patterns: f32 from the FPU, bf16 0x7FC0,
+    f16 sign|0x7D00 -- not part of what the fixtures pin down)."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.kind != "f":
+        return a.tobytes() == b.tobytes()
+    na, nb = np.isnan(a), np.isnan(b)
+    return bool(np.array_equal(na, nb) and a[~na].tobytes() == b[~nb].tobytes())
 
 
 def same_bits(a, b):
@@ -723,7 +739,7 @@ def sweep(rounds):
     mx = mx_mod()
     rng = np.random.default_rng(SEED + 7)
     n = bad = 0
-    kinds = KINDS + ["tiny", "intgrid", "wide"]
+    kinds = KINDS + ["tiny", "intgrid", "wide", "nonfinite"]
     for _ in range(rounds):
         for dt in DTYPES:
             for G in GROUPS:
@@ -735,16 +751,22 @@ def sweep(rounds):
                             w = (rng.integers(-8, 8, size=(8, 256)) * 0.25).astype(np.float32)
                         elif kind == "wide":
                             w = (rng.standard_normal((8, 256)) * 10.0 ** rng.uniform(-3, 4, size=(8, 1))).astype(np.float32)
+                        elif kind == "nonfinite":
+                            w = (rng.standard_normal((8, 256))).astype(np.float32)
+                            w.flat[rng.choice(w.size, 12, replace=False)] = np.nan
+                            w.flat[rng.choice(w.size, 3, replace=False)] = np.inf
+                            w.flat[rng.choice(w.size, 3, replace=False)] = -np.inf
+                            w[7, :G] = np.nan
                         else:
                             w = case_input(kind, rng)
                         w = round_to(w, dt)
-                        if not np.all(np.isfinite(w)):
+                        if kind != "nonfinite" and not np.all(np.isfinite(w)):
                             continue
                         q, s, b = mx.quantize(to_mx(w, dt), group_size=G, bits=B)
                         dq = mx.dequantize(q, s, b, group_size=G, bits=B)
                         qr, sr, br = quantize_ref(w, G, B, dt)
-                        ok = (same_bits(np.array(q), qr) and same_bits(to_np(s), sr) and same_bits(to_np(b), br)
-                              and same_bits(to_np(dq), dequantize_ref(qr, sr, br, G, B, dt)))
+                        ok = (same_bits(np.array(q), qr) and same_or_nan(to_np(s), sr) and same_or_nan(to_np(b), br)
+                              and same_or_nan(to_np(dq), dequantize_ref(qr, sr, br, G, B, dt)))
                         if kind == "normal" and G == 64:
                             x = round_to(rng.standard_normal((3, w.shape[-1])).astype(np.float32), dt)
                             y = mx.quantized_matmul(to_mx(x, dt), q, s, b, transpose=True, group_size=G, bits=B)

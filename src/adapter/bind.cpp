@@ -64,7 +64,11 @@ std::shared_ptr<WeightAdapterPlan> bind_weight_adapter(const std::vector<Adapter
         problems.push_back(describe_target(a, t) + ": no matching base weight (wrong base model?)");
         continue;
       }
-      const Shape ds = update_delta_shape(t.update);
+      const Update* chosen = &t.update;
+      if (t.transposed && update_delta_shape(t.update) != Shape{b->delta_rows, b->delta_cols} &&
+          update_delta_shape(*t.transposed) == Shape{b->delta_rows, b->delta_cols})
+        chosen = &*t.transposed;
+      const Shape ds = update_delta_shape(*chosen);
       const bool is_replacement = std::holds_alternative<Replacement>(t.update);
       bool ok = true;
       size_t dims = ds.size();
@@ -113,7 +117,7 @@ std::shared_ptr<WeightAdapterPlan> bind_weight_adapter(const std::vector<Adapter
       }
       if (!ok) continue;
       for (const BoundSlice& s : b->slices) {
-        plan->updates[s.tensor].push_back(PlannedUpdate{&t.update, s.src_row, s.dst_row, s.rows, use.strength});
+        plan->updates[s.tensor].push_back(PlannedUpdate{chosen, s.src_row, s.dst_row, s.rows, use.strength});
         plan->bound.push_back({ai, ti, s});
       }
       ++applied;

@@ -7,7 +7,8 @@
 // tell the two apart. LoRAEmbedding pairs (lora_a [vocab, r], lora_b [r, hidden],
 // Δ = s·lora_a·lora_b) cannot be told from a Linear pair by shape, so the module name decides: a
 // module whose last path component is `embed_tokens` is read as an embedding (the importer has
-// no model to ask). 3-D LoRASwitchLinear (MoE) pairs are refused.
+// no model to ask), keeping the Linear-shaped reading as an alternative that binding picks when
+// the vocabulary size says so. 3-D LoRASwitchLinear (MoE) pairs are refused.
 //
 // Scale: lora_parameters.scale verbatim (default 20.0); lora_parameters.lora_alpha, when present,
 // gives lora_alpha / rank (mlxcel's extension), rank = lora_parameters.rank (default 8).
@@ -174,15 +175,26 @@ WeightAdapter import_mlx(const std::string& dir, const std::string& config_path,
     t.module = module;
     t.keys = {keys.first, keys.second};
     if (is_embedding_module(module)) {
-      // LoRAEmbedding: Δ[vocab, hidden] = s·lora_a·lora_b, so B = lora_a, A = lora_b (no transpose).
-      if (a.shape[1] != b.shape[0])
+      // Three layouts, all giving Δ[vocab, hidden]:
+      //  * LoRAEmbedding (what mlx-lm writes): lora_a [vocab, r], lora_b [r, hidden], Δ = s·lora_a·lora_b;
+      //  * Linear-shaped mlx orientation: lora_a [hidden, r], lora_b [r, vocab], Δ = s·(lora_a·lora_b)ᵀ;
+      //  * matrix orientation: lora_a [r, hidden], lora_b [vocab, r], Δ = s·lora_b·lora_a.
+      // The first two have the same shape pattern; binding matches them against the vocabulary.
+      LowRankUpdate u;
+      u.scale = static_cast<float>(c.scale);
+      if (a.shape[1] == b.shape[0]) {
+        u.b = a;
+        u.a = b;
+        t.transposed = LowRankUpdate{transpose_2d(a), transpose_2d(b), u.scale};
+      } else if (a.shape[0] == b.shape[1]) {
+        u.b = b;
+        u.a = a;
+      } else {
         fail("'", file, "': embedding tensors '", keys.first, "' ", shape_str(a.shape), " and '", keys.second, "' ",
              shape_str(b.shape), " do not pair; expected the mlx-lm LoRAEmbedding layout lora_a [vocab, r], "
-             "lora_b [r, hidden] (embed_tokens modules are read by name as embeddings)");
-      LowRankUpdate u;
-      u.b = a;
-      u.a = b;
-      u.scale = static_cast<float>(c.scale);
+             "lora_b [r, hidden], or a Linear-shaped pair (lora_a [hidden, r], lora_b [r, vocab] or lora_a [r, hidden], "
+             "lora_b [vocab, r])");
+      }
       t.update = std::move(u);
       t.embedding = true;
     } else {

@@ -156,13 +156,40 @@ TEST(ImportMlx, EmbeddingLayoutByModuleName) {
   EXPECT_FALSE(test::find_target(a, kQ)->embedding);
 }
 
-TEST(ImportMlx, EmbeddingInLinearLayoutRefused) {
+// The matrix orientation lora_a [r, hidden], lora_b [vocab, r] reads directly (Δ = lora_b·lora_a);
+// a pair that fits no layout is refused naming both tensors.
+TEST(ImportMlx, EmbeddingLinearShapedLayouts) {
   TempDir d;
   d.write_json("adapter_config.json", mlx_config());
-  d.write_tensors("adapters.safetensors", {{"model.embed_tokens.lora_a", make_tensor({4, 10})},
-                                           {"model.embed_tokens.lora_b", make_tensor({6, 4})}});
-  expect_error([&] { read_weight_adapter(d.path()); },
-               {d.file("adapters.safetensors"), "model.embed_tokens.lora_a", "LoRAEmbedding"});
+  const Tensor a = make_tensor({4, 10}), b = make_tensor({6, 4});
+  d.write_tensors("adapters.safetensors", {{"model.embed_tokens.lora_a", a}, {"model.embed_tokens.lora_b", b}});
+  WeightAdapter w = read_weight_adapter(d.path());
+  ASSERT_EQ(w.targets.size(), 1u);
+  const auto& u = std::get<LowRankUpdate>(w.targets[0].update);
+  EXPECT_TRUE(test::same_values(u.a, a));
+  EXPECT_TRUE(test::same_values(u.b, b));
+  EXPECT_FALSE(w.targets[0].transposed.has_value());
+
+  // LoRAEmbedding shape pattern: both it and the Linear-shaped mlx reading are kept.
+  TempDir e;
+  e.write_json("adapter_config.json", mlx_config());
+  const Tensor ea = make_tensor({10, 4}), eb = make_tensor({4, 6});
+  e.write_tensors("adapters.safetensors", {{"model.embed_tokens.lora_a", ea}, {"model.embed_tokens.lora_b", eb}});
+  WeightAdapter we = read_weight_adapter(e.path());
+  const auto& primary = std::get<LowRankUpdate>(we.targets[0].update);
+  EXPECT_TRUE(test::same_values(primary.b, ea));  // Δ [10, 6] = lora_a·lora_b
+  EXPECT_TRUE(test::same_values(primary.a, eb));
+  ASSERT_TRUE(we.targets[0].transposed.has_value());
+  const auto& alt = std::get<LowRankUpdate>(*we.targets[0].transposed);
+  EXPECT_TRUE(test::is_transpose_of(alt.b, eb));  // Δ [6, 10] = (lora_a·lora_b)ᵀ
+  EXPECT_TRUE(test::is_transpose_of(alt.a, ea));
+
+  TempDir f;
+  f.write_json("adapter_config.json", mlx_config());
+  f.write_tensors("adapters.safetensors", {{"model.embed_tokens.lora_a", make_tensor({4, 10})},
+                                           {"model.embed_tokens.lora_b", make_tensor({6, 3})}});
+  expect_error([&] { read_weight_adapter(f.path()); },
+               {f.file("adapters.safetensors"), "model.embed_tokens.lora_a", "LoRAEmbedding"});
 }
 
 TEST(ImportMlx, FallbackFileName) {

@@ -9,9 +9,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "graft/adapter/weight_adapter.h"
 #include "graft/core/error.h"
+#include "graft/io/safetensors.h"
 #include "graft/model/loader.h"
 #include "graft/model/model_adapters.h"
 #include "graft/runtime/lora.h"
@@ -131,6 +134,54 @@ TEST(HeadRules, TiedEmbeddingOnAFamilyWithoutTheRuleIsRefused) {
                    "adapts embed_tokens of a tied qwen2 checkpoint");
   // The shipped families all allow it.
   for (const auto& f : model::families()) EXPECT_TRUE(f.tied_embedding_adapters) << f.model_type;
+}
+
+Tensor transposed(const Tensor& t) {
+  const int64_t r = t.shape[0], c = t.shape[1];
+  std::vector<uint8_t> bytes(static_cast<size_t>(t.nbytes()));
+  float* out = reinterpret_cast<float*>(bytes.data());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) out[j * r + i] = t.as<float>()[i * c + j];
+  return Tensor::owned(DType::F32, {c, r}, std::move(bytes));
+}
+
+// One ΔE written in the three mlx-style layouts an embed_tokens pair may come in; the binding
+// matches the Linear-shaped ones against the vocabulary, so all three give the same model.
+TEST(HeadRules, EmbeddingPairLayoutsAreMatchedAgainstTheVocabulary) {
+  const std::string dir = test::fixture("models/qwen2_f32");
+  model::LoadedModel base = model::load_model(dir);
+  const int64_t V = base.config.vocab_size, H = base.config.hidden_size;
+  const Tensor emb_a = pattern({V, 4}, 0.3f, 3), emb_b = pattern({4, H}, 0.3f, 4);  // Δ = a·b
+  const std::vector<std::pair<Tensor, Tensor>> layouts = {
+      {emb_a, emb_b},                          // LoRAEmbedding: lora_a [V, r], lora_b [r, H]
+      {transposed(emb_b), transposed(emb_a)},  // Linear, mlx orientation: lora_a [H, r], lora_b [r, V]
+      {transposed(emb_a) /*unused*/, emb_a},   // placeholder, replaced below
+  };
+  std::vector<std::vector<float>> results;
+  for (int layout = 0; layout < 3; ++layout) {
+    const std::string adir = ::testing::TempDir() + "/graft_embed_layout_" + std::to_string(layout);
+    std::filesystem::create_directories(adir);
+    Tensor la = layouts[static_cast<size_t>(layout)].first, lb = layouts[static_cast<size_t>(layout)].second;
+    if (layout == 2) {  // matrix orientation: lora_a [r, H], lora_b [V, r], Δ = lora_b·lora_a
+      la = emb_b;
+      lb = emb_a;
+    }
+    io::write_safetensors(adir + "/adapters.safetensors", {{"model.embed_tokens.lora_a", la}, {"model.embed_tokens.lora_b", lb}});
+    std::ofstream(adir + "/adapter_config.json")
+        << R"({"fine_tune_type": "lora", "num_layers": 2, "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0}})";
+    auto adapter = std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(adir));
+    model::LoadOptions o;
+    o.fused_adapters = {{adapter, 1.0f}};
+    results.push_back(run(model::load_model(dir, o), nullptr, {}));
+    // The unfused path binds the same way.
+    EXPECT_LE(max_diff(run(base, make_lora_set(base.config, *base.source, {{adapter, 1.0f}}), {1.0f}), results.back()),
+              2e-5f);
+    std::filesystem::remove_all(adir);
+  }
+  // Same ΔE up to the summation order of a rank-4 product: identical here (k ascending in both).
+  EXPECT_LE(max_diff(results[1], results[0]), 1e-6f);
+  EXPECT_LE(max_diff(results[2], results[0]), 1e-6f);
+  EXPECT_GT(max_diff(results[0], run(base, nullptr, {})), 1e-3f);
 }
 
 }  // namespace

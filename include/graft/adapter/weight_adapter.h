@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -61,6 +62,11 @@ struct AdapterTarget {
   // Embedding-layout updates: ΔW is [num_embeddings, dim] (mlx-lm LoRAEmbedding, PEFT
   // lora_embedding_A/B); already normalized so that ΔW = scale · B·A holds as for linears.
   bool embedding = false;
+  // For embedding pairs whose orientation only the base's vocabulary size can tell (an mlx-lm
+  // LoRAEmbedding lora_a [vocab, r] / lora_b [r, hidden] against a Linear-shaped lora_a
+  // [hidden, r] / lora_b [r, vocab]): the other reading, as ΔW's factors. Binding uses `update`
+  // when its ΔW matches the base weight, else this one when it does.
+  std::optional<Update> transposed;
 };
 
 // A full copy of a base weight that PEFT saves beside an adapted embedding / lm_head
