@@ -10,5 +10,6 @@ using Runner = std::function<int()>;
 Runner add_generate_command(CLI::App& app);
 Runner add_inspect_command(CLI::App& app);
 Runner add_fuse_command(CLI::App& app);
+Runner add_quantize_command(CLI::App& app);
 
 }  // namespace graft::cli

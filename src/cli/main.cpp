@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   runners[inspect] = graft::cli::add_inspect_command(*inspect);
   auto* fuse = app.add_subcommand("fuse", "Merge adapters into a base checkpoint and write a safetensors checkpoint");
   runners[fuse] = graft::cli::add_fuse_command(*fuse);
+  auto* quantize = app.add_subcommand("quantize", "Write an mlx-lm affine-quantized (4/8-bit) copy of a Hugging Face model");
+  runners[quantize] = graft::cli::add_quantize_command(*quantize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
