@@ -61,7 +61,57 @@ expect_error fuse-bad-scale "is not a finite number" -- fuse --base "$TINY" --ad
 expect_error fuse-bad-policy "RankWiseF32" -- fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/never" --policy Fancy
 expect_error fuse-existing-out "not empty" -- fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/fused"
 expect_error inspect-missing "no such file or directory" -- inspect "$TMP/no-adapter"
-for sub in inspect fuse; do "$GRAFT" $sub --help >/dev/null || fail "graft $sub --help"; done
+for sub in inspect fuse quantize; do "$GRAFT" $sub --help >/dev/null || fail "graft $sub --help"; done
+
+# Adapters in generate: fused (--adapter) and unfused (--lora) give the same greedy text; bad
+# scales, adapters for another base, broken files and quantized fusing are refused up front.
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --adapter "$PEFT" >"$TMP/gen_fused" 2>"$TMP/err" \
+  || fail "generate --adapter: $(cat "$TMP/err")"
+grep -q "fused 1 adapter(s) into 14 tensor(s) with DeltaF32" "$TMP/err" || fail "no fuse report: $(cat "$TMP/err")"
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --lora "$PEFT" >"$TMP/unfused" 2>"$TMP/err" \
+  || fail "generate --lora: $(cat "$TMP/err")"
+cmp -s "$TMP/gen_fused" "$TMP/unfused" || fail "fused and unfused greedy text differ"
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 >"$TMP/base" 2>/dev/null
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --lora-scaled "$PEFT:0" >"$TMP/zero" 2>/dev/null
+cmp -s "$TMP/base" "$TMP/zero" || fail "--lora-scaled DIR:0 differs from the base model"
+cmp -s "$TMP/base" "$TMP/gen_fused" && fail "the adapter changed nothing"
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --adapter-scaled "$PEFT:0.5" --merge-policy RankWiseF32 \
+  >"$TMP/out" 2>"$TMP/err" || fail "--adapter-scaled with --merge-policy: $(cat "$TMP/err")"
+grep -q "RankWiseF32" "$TMP/err" || fail "merge policy not reported"
+expect_error gen-nan-scale "is not a finite number" -- generate -m "$TINY" -p hi --lora-scaled "$PEFT:nan"
+expect_error gen-inf-scale "is not a finite number" -- generate -m "$TINY" -p hi --adapter-scaled "$PEFT:inf"
+expect_error gen-text-scale "is not a finite number" -- generate -m "$TINY" -p hi --adapter-scaled "$PEFT:big"
+expect_error gen-no-scale "expected PATH:SCALE" -- generate -m "$TINY" -p hi --lora-scaled "$PEFT"
+expect_error gen-empty-list "empty entry" -- generate -m "$TINY" -p hi --adapter "$PEFT,"
+expect_error gen-missing-adapter "no-adapter" -- generate -m "$TINY" -p hi --lora "$TMP/no-adapter"
+expect_error gen-other-base "does not match the base" -- generate -m "$SRC/tests/fixtures/models/qwen3_f32" -p hi \
+  --adapter "$PEFT"
+expect_error gen-other-base-unfused "does not match the base" -- generate -m "$SRC/tests/fixtures/models/qwen3_f32" -p hi \
+  --lora "$PEFT"
+expect_error gen-lokr-unfused "no low-rank form" -- generate -m "$TINY" -p hi --lora "$SRC/tests/fixtures/adapters/peft_lokr"
+mkdir -p "$TMP/trunc_adapter"
+cp "$PEFT/adapter_config.json" "$TMP/trunc_adapter/"
+head -c 1000 "$PEFT/adapter_model.safetensors" >"$TMP/trunc_adapter/adapter_model.safetensors"
+expect_error gen-truncated-adapter "adapter_model.safetensors" -- generate -m "$TINY" -p hi --adapter "$TMP/trunc_adapter"
+expect_error gen-tied-lm-head "ties lm_head to embed_tokens" -- generate -m "$SRC/tests/fixtures/models/qwen2_f32" -p hi \
+  --lora "$SRC/tests/fixtures/engine_adapters/embed/peft_lm_head_qwen2_f32"
+QMODEL=$SRC/tests/fixtures/mlx_quant/models/llama_f32_q4g32
+expect_error gen-fuse-quantized "apply the adapter unfused with --lora" -- generate -m "$QMODEL" -p hi \
+  --adapter "$QMODEL/adapters"
+"$GRAFT" generate -m "$QMODEL" -p "Hello world" --temp 0 -n 8 --lora "$QMODEL/adapters" >"$TMP/out" 2>"$TMP/err" \
+  || fail "--lora on a quantized base: $(cat "$TMP/err")"
+"$GRAFT" generate -m "$QMODEL" -p "Hello world" --temp 0 -n 8 --adapter "$QMODEL/adapters" --fuse-requantize \
+  >"$TMP/out" 2>"$TMP/err" || fail "--fuse-requantize: $(cat "$TMP/err")"
+grep -q "warning: --fuse-requantize" "$TMP/err" || fail "--fuse-requantize gave no precision warning"
+
+# graft quantize: writes an mlx-lm checkpoint graft loads; refuses bad settings and existing output.
+"$GRAFT" quantize -m "$TINY" -o "$TMP/q4" --bits 4 --group-size 32 2>"$TMP/err" || fail "quantize: $(cat "$TMP/err")"
+grep -q '"bits": 4' "$TMP/q4/config.json" || fail "quantized config lacks the quantization block"
+"$GRAFT" generate -m "$TMP/q4" -p "Hello world" --temp 0 -n 4 >/dev/null 2>"$TMP/err" || fail "generate on quantized: $(cat "$TMP/err")"
+expect_error quantize-bits "not supported (supported: 4, 8)" -- quantize -m "$TINY" -o "$TMP/q3" --bits 3
+expect_error quantize-group "group size 48" -- quantize -m "$TINY" -o "$TMP/q3" --group-size 48
+expect_error quantize-existing "not empty" -- quantize -m "$TINY" -o "$TMP/q4"
+[ -e "$TMP/q3" ] && fail "a refused quantize created its output directory"
 
 if [ -f "$MODEL" ]; then
   expect_error prompt-too-long "does not fit the context size 16" -- generate -m "$MODEL" --ctx-size 16 \
