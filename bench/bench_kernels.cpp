@@ -158,6 +158,32 @@ int register_matmul() {
 }
 const int registered = register_matmul();
 
+// Affine-quantized (mlx) decode and prefill on the same shapes: 4 and 8 bits, group 64.
+void BM_MatmulAffine(benchmark::State& state, int bits, int64_t m, int64_t n, int64_t k) {
+  const graft::AffineQuantized w = graft::quantize_affine(random_weights(DType::F32, n, k, 1), bits, 64, DType::BF16);
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    graft::runtime::matmul_affine(pool, x.data(), m, k, w, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_counters(state, m, n, k, w.nbytes());
+}
+
+int register_affine() {
+  for (int bits : {4, 8})
+    for (const auto& s : kShapes)
+      for (int64_t m : {1, 16}) {
+        if (m > 1 && s[0] == 49152) continue;
+        benchmark::RegisterBenchmark(("BM_MatmulAffine/q" + std::to_string(bits) + "/m" + std::to_string(m) + "/" +
+                                      std::to_string(s[0]) + "/" + std::to_string(s[1])).c_str(),
+                                     BM_MatmulAffine, bits, m, s[0], s[1])
+            ->ArgName("threads")->Arg(1)->Arg(hw_threads())->UseRealTime()->Unit(benchmark::kMicrosecond);
+      }
+  return 0;
+}
+const int registered_affine = register_affine();
+
 // ---- thread pool and ops ----------------------------------------------------------------------
 
 void BM_ParallelForOverhead(benchmark::State& state) {

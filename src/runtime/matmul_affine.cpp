@@ -1,7 +1,7 @@
 // matmul_affine(): the quantized matrix kernel for mlx-lm affine weights (AVX2/FMA, the project's
-// baseline ISA). Codes are unpacked eight at a time into F32 lanes and multiplied with x; each
-// group's lane sums are scaled by the group's scale into one running vector per output, and the
-// bias part uses per-group sums of x computed once per call.
+// baseline ISA). Codes are unpacked into F32 lanes and multiplied with x; each block's lane sums
+// are scaled by their group's scale into one running vector per output, and the bias part uses
+// per-group sums of x computed once per call.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -22,42 +22,62 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Eight codes starting at code index c (a multiple of 8) of one packed row, as floats.
+// Codes are read a block of eight uint32 words at a time (64 4-bit or 32 8-bit codes). Shifting
+// all eight words by the same amount gives one code per word: word l, slot j holds column
+// l·P + j (P = codes per word). x is rearranged once per call into the same slot-major order
+// (xp[block][j][l] = x[block·8P + l·P + j]), so each shift meets a contiguous vector of x and no
+// per-word broadcast or variable shift is needed.
 template <int Bits>
-inline __m256 codes8(const uint32_t* row, int64_t c) {
-  if constexpr (Bits == 4) {
-    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(row[c / 8])), shifts);
-    return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xF)));
-  } else {
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c / 4));
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
-  }
+constexpr int kPerWord = 32 / Bits;
+template <int Bits>
+constexpr int kBlockCols = 8 * kPerWord<Bits>;
+
+template <int Bits>
+void permute_x(const float* x, int64_t m, int64_t k, float* xp) {
+  constexpr int P = kPerWord<Bits>, B = kBlockCols<Bits>;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t b0 = 0; b0 < k; b0 += B)
+      for (int j = 0; j < P; ++j)
+        for (int l = 0; l < 8; ++l) xp[i * k + b0 + j * 8 + l] = x[i * k + b0 + l * P + j];
 }
 
-// Rows [i0, i0 + MR) of x against weight rows [j0, j1).
+// Rows [i0, i0 + MR) of x (slot-major) against weight rows [j0, j1). Per block: the slots' products
+// go into two accumulators (even/odd slots), their sum is multiplied by the block's per-lane scales
+// (lanes of one block can belong to two groups when a group is 32 4-bit codes) and added to the
+// running total; the bias part Σ_g b_g·Σ_{c∈g} x_c is added after the lane sum. The order is the
+// same for every MR, so a row's result does not depend on the rows that share its tile.
 template <int Bits, int MR>
-void affine_block(const float* x, int64_t k, const AffineQuantized& w, const float* xsum, float* y, int64_t n,
+void affine_block(const float* xp, int64_t k, const AffineQuantized& w, const float* xsum, float* y, int64_t n,
                   int64_t i0, int64_t j0, int64_t j1, bool accumulate) {
+  constexpr int P = kPerWord<Bits>, B = kBlockCols<Bits>;
   const int64_t g = w.group_size, groups = k / g, words = k * Bits / 32;
   const uint32_t* packed = w.packed.as<uint32_t>();
   const float* scales = w.scales.as<float>();
   const float* biases = w.biases.as<float>();
+  const __m256i mask = _mm256_set1_epi32((1 << Bits) - 1);
+  const bool split_block = g < B;  // 32-code groups of 4-bit weights: lanes 0-3 and 4-7 differ
   for (int64_t j = j0; j < j1; ++j) {
     const uint32_t* row = packed + j * words;
     const float* s = scales + j * groups;
     const float* b = biases + j * groups;
     __m256 total[MR];
     for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      __m256 acc[MR];
-      for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
-      for (int64_t c = gi * g; c < (gi + 1) * g; c += 8) {
-        const __m256 q = codes8<Bits>(row, c);
-        for (int i = 0; i < MR; ++i) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (i0 + i) * k + c), q, acc[i]);
+    for (int64_t c0 = 0; c0 < k; c0 += B) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c0 / P));
+      __m256 acc[MR][2];
+      for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (int t = 0; t < P; ++t) {
+        __m256i codes = t == 0 ? v : _mm256_srli_epi32(v, t * Bits);
+        if (t != P - 1) codes = _mm256_and_si256(codes, mask);
+        const __m256 q = _mm256_cvtepi32_ps(codes);
+        for (int i = 0; i < MR; ++i)
+          acc[i][t & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + (i0 + i) * k + c0 + t * 8), q, acc[i][t & 1]);
       }
-      const __m256 sv = _mm256_set1_ps(s[gi]);
-      for (int i = 0; i < MR; ++i) total[i] = _mm256_fmadd_ps(sv, acc[i], total[i]);
+      const int64_t gi = c0 / g;
+      const __m256 sv = split_block ? _mm256_setr_m128(_mm_set1_ps(s[gi]), _mm_set1_ps(s[gi + 1]))
+                                    : _mm256_set1_ps(s[gi]);
+      for (int i = 0; i < MR; ++i) total[i] = _mm256_fmadd_ps(sv, _mm256_add_ps(acc[i][0], acc[i][1]), total[i]);
     }
     for (int i = 0; i < MR; ++i) {
       float bias_part = 0.0f;
@@ -71,12 +91,12 @@ void affine_block(const float* x, int64_t k, const AffineQuantized& w, const flo
 }
 
 template <int Bits>
-void affine_cols(const float* x, int64_t m, int64_t k, const AffineQuantized& w, const float* xsum, float* y,
+void affine_cols(const float* xp, int64_t m, int64_t k, const AffineQuantized& w, const float* xsum, float* y,
                  int64_t j0, int64_t j1, bool accumulate) {
   const int64_t n = w.rows;
   int64_t i = 0;
-  for (; i + 4 <= m; i += 4) affine_block<Bits, 4>(x, k, w, xsum, y, n, i, j0, j1, accumulate);
-  for (; i < m; ++i) affine_block<Bits, 1>(x, k, w, xsum, y, n, i, j0, j1, accumulate);
+  for (; i + 2 <= m; i += 2) affine_block<Bits, 2>(xp, k, w, xsum, y, n, i, j0, j1, accumulate);
+  for (; i < m; ++i) affine_block<Bits, 1>(xp, k, w, xsum, y, n, i, j0, j1, accumulate);
 }
 
 }  // namespace
@@ -84,7 +104,7 @@ void affine_cols(const float* x, int64_t m, int64_t k, const AffineQuantized& w,
 void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const AffineQuantized& w, float* y,
                    bool accumulate) {
   if (w.bits != 4 && w.bits != 8) fail("matmul_affine: ", w.bits, "-bit weights are not supported (4 or 8)");
-  if (w.cols != k || k % w.group_size != 0 || w.group_size % 8 != 0)
+  if (w.cols != k || k % w.group_size != 0 || w.group_size % 32 != 0)
     fail("matmul_affine: weight [", w.rows, ", ", w.cols, "] (group ", w.group_size, ") does not match k = ", k);
   if (m == 0 || w.rows == 0) return;
   const int64_t groups = k / w.group_size;
@@ -96,15 +116,22 @@ void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const
       for (int64_t c = gi * w.group_size; c < (gi + 1) * w.group_size; ++c) s += x[i * k + c];
       xsum[i * groups + gi] = s;
     }
+  // k is a multiple of the group size (>= 32), so of 32 8-bit codes; 4-bit blocks hold 64 codes.
+  if (w.bits == 4 && k % 64 != 0) fail("matmul_affine: 4-bit rows of ", k, " columns are not whole 64-code blocks");
+  std::vector<float> xp(static_cast<size_t>(m * k));
+  if (w.bits == 4)
+    permute_x<4>(x, m, k, xp.data());
+  else
+    permute_x<8>(x, m, k, xp.data());
   const int64_t n = w.rows;
   const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
   pool.parallel_for(
       n,
       [&](int64_t j0, int64_t j1) {
         if (w.bits == 4)
-          affine_cols<4>(x, m, k, w, xsum.data(), y, j0, j1, accumulate);
+          affine_cols<4>(xp.data(), m, k, w, xsum.data(), y, j0, j1, accumulate);
         else
-          affine_cols<8>(x, m, k, w, xsum.data(), y, j0, j1, accumulate);
+          affine_cols<8>(xp.data(), m, k, w, xsum.data(), y, j0, j1, accumulate);
       },
       grain);
 }

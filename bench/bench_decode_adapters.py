@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Decode benchmark for adapters and quantized bases: graft vs mlx-lm (CPU), in one run.
+
+SmolLM2-135M-Instruct as a BF16 Hugging Face checkpoint (dequantized from the demo GGUF by
+bench_fuse.prepare) with a rank-16 LoRA on all seven projections of all 30 layers (random non-zero
+factors, PEFT layout for graft, the same adapter in mlx-lm's layout for mlx-lm). Configurations,
+each decoding --tokens tokens greedily at batch 1 after a short prompt:
+
+  base BF16 | fused adapter (--adapter) | unfused adapter (--lora) | 4-bit g64 base (graft quantize,
+  bit-identical to mlx_lm.convert -q) | 4-bit base + unfused adapter
+
+graft's decode tokens/s come from its own stderr report; mlx-lm's from mlx_lm.generate's
+"Generation: ... tokens-per-sec" line (mlx on the Linux CPU backend; the LoRA stays unfused there).
+Runs are interleaved and repeated; the best of --repeats is reported (the machine is shared).
+Needs torch, transformers, peft, mlx-lm (developer machine, not CI).
+Usage: python3 bench/bench_decode_adapters.py [--graft build/graft] [--threads 2] [--tokens 128]
+"""
+import argparse, os, re, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_fuse import ROOT, prepare  # noqa: E402
+
+PROMPT = "Write a short story about a robot who learns to paint."
+
+
+def graft_tps(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{r.stderr}")
+    m = re.search(r"generated: (\d+) tokens, ([0-9.]+) tokens/s", r.stderr)
+    return float(m.group(2))
+
+
+def mlx_tps(model, tokens, adapter=None):
+    cmd = [sys.executable, "-m", "mlx_lm", "generate", "--model", model, "--prompt", PROMPT, "--max-tokens",
+           str(tokens), "--temp", "0", "--ignore-chat-template"]
+    if adapter:
+        cmd += ["--adapter-path", adapter]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(r"Generation: \d+ tokens, ([0-9.]+) tokens-per-sec", r.stdout + r.stderr)
+    return float(m.group(1)) if m else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--graft", default=os.path.join(ROOT, "build", "graft"))
+    ap.add_argument("--work", default="/tmp/graft-fuse-bench")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-mlx", action="store_true")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    base, peft_dir, mlx_dir = prepare(a.work)
+    q4 = os.path.join(a.work, "base-q4g64")
+    if not os.path.exists(os.path.join(q4, "model.safetensors")):
+        subprocess.run([a.graft, "quantize", "-m", base, "-o", q4, "--bits", "4", "--group-size", "64"], check=True)
+
+    def g(model, *extra):
+        return lambda: graft_tps([a.graft, "generate", "-m", model, "-p", PROMPT, "--temp", "0", "-n", str(a.tokens),
+                                  "--ignore-eos", "-t", str(a.threads), *extra])
+
+    configs = {
+        "base BF16": g(base),
+        "fused rank-16 adapter": g(base, "--adapter", peft_dir),
+        "unfused rank-16 adapter": g(base, "--lora", peft_dir),
+        "4-bit g64 base": g(q4),
+        "4-bit g64 base + unfused adapter": g(q4, "--lora", peft_dir),
+    }
+    if not a.no_mlx:
+        configs.update({
+            "mlx-lm base BF16": lambda: mlx_tps(base, a.tokens),
+            "mlx-lm base + LoRA": lambda: mlx_tps(base, a.tokens, mlx_dir),
+            "mlx-lm 4-bit g64 base": lambda: mlx_tps(q4, a.tokens),
+            "mlx-lm 4-bit + LoRA": lambda: mlx_tps(q4, a.tokens, mlx_dir),
+        })
+    best = {k: 0.0 for k in configs}
+    for _ in range(a.repeats):
+        for name, run in configs.items():
+            best[name] = max(best[name], run())
+    ref = best["base BF16"]
+    print(f"SmolLM2-135M, batch 1, {a.tokens} greedy tokens, {a.threads} thread(s), best of {a.repeats}")
+    print("| configuration | decode tok/s | vs graft base BF16 |")
+    print("|---|---|---|")
+    for name, tps in best.items():
+        print(f"| {name} | {tps:.1f} | {tps / ref:.2f}x |")
+    print(f"unfused / fused: {best['unfused rank-16 adapter'] / best['fused rank-16 adapter']:.3f}; "
+          f"4-bit / BF16: {best['4-bit g64 base'] / ref:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
