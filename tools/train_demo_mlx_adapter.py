@@ -60,8 +60,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATOR = "tools/train_demo_mlx_adapter.py"
 NEW_TOKENS = 32
-ITERS = 40
-LR = 2e-4
+ITERS = 30
+LR = 5e-4
 SEED = 0
 
 LORA_YAML = f"""model: hf
@@ -200,13 +200,18 @@ def train_mlx(tmp, adapter_out):
     with open(os.path.join(tmp, "lora_config.yaml"), "w") as f:
         f.write(LORA_YAML)
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "mlx_lm", "lora", "-c", "lora_config.yaml"], cwd=tmp,
-                       capture_output=True, text=True)
+    log_path = os.path.join(tmp, "mlx_lm_lora.log")  # `tail -f` it to follow the training
+    with open(log_path, "w") as logf:
+        r = subprocess.run([sys.executable, "-m", "mlx_lm", "lora", "-c", "lora_config.yaml"], cwd=tmp,
+                           stdout=logf, stderr=subprocess.STDOUT, env=dict(os.environ, NO_COLOR="1", TERM="dumb"))
     secs = time.time() - t0
+    with open(log_path) as f:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", f.read())
     if r.returncode != 0:
-        raise RuntimeError("mlx_lm lora failed:\n" + r.stdout[-4000:] + r.stderr[-4000:])
-    log = [ln for ln in (r.stdout + r.stderr).splitlines() if re.search(r"(Train|Val) loss", ln)]
-    print("\n".join("  " + ln.strip() for ln in log))
+        raise RuntimeError("mlx_lm lora failed:\n" + text[-4000:])
+    log = [ln.strip() for ln in text.splitlines() if re.match(r"\s*\d+\s+(val\s+)?\d", ln.strip() + " ")
+           or re.search(r"(Train|Val) loss|\bval\b", ln)]
+    print("\n".join("  " + ln for ln in log))
     print(f"mlx_lm lora took {secs:.0f}s")
     adir = os.path.join(tmp, "adapter")
     produced = sorted(os.listdir(adir))
@@ -216,7 +221,7 @@ def train_mlx(tmp, adapter_out):
     for f in ["adapters.safetensors", "adapter_config.json"]:
         shutil.copy(os.path.join(adir, f), adapter_out)
     # periodic checkpoints (0000NNN_adapters.safetensors) stay behind in the temp dir
-    return {"seconds": round(secs, 1), "files_written_by_mlx_lm_lora": produced, "loss_log": [ln.strip() for ln in log]}
+    return {"seconds": round(secs, 1), "files_written_by_mlx_lm_lora": produced, "loss_log": log}
 
 
 # ----------------------------------------------------------------------------------------------

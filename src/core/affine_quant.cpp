@@ -34,12 +34,14 @@ AffineQuantized make_affine_quantized(const Tensor& packed, const Tensor& scales
   }
   AffineQuantized q;
   q.packed = packed;
-  q.scales = scales.dtype == DType::F32 ? scales : to_f32(scales);
-  q.biases = biases.dtype == DType::F32 ? biases : to_f32(biases);
+  q.scales = scales.dtype == DType::F16 ? to_f32(scales) : scales;
+  q.biases = biases.dtype == DType::F16 ? to_f32(biases) : biases;
+  std::vector<float> v;
   for (const auto* t : {&q.scales, &q.biases}) {
-    const float* p = t->as<float>();
-    for (int64_t i = 0; i < t->numel(); ++i)
-      if (!std::isfinite(p[i]))
+    v.resize(static_cast<size_t>(t->numel()));
+    convert_to_f32(t->dtype, t->data, v.data(), t->numel());
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]))
         fail(what, t == &q.scales ? ".scales" : ".biases", " holds a non-finite value at element ", i);
   }
   q.bits = bits;
@@ -49,11 +51,19 @@ AffineQuantized make_affine_quantized(const Tensor& packed, const Tensor& scales
   return q;
 }
 
+void affine_row_params(const AffineQuantized& q, int64_t row, float* scales, float* biases) {
+  const int64_t groups = q.cols / q.group_size;
+  for (auto [t, out] : {std::pair{&q.scales, scales}, std::pair{&q.biases, biases}})
+    convert_to_f32(t->dtype, static_cast<const uint8_t*>(t->data) + dtype_bytes(t->dtype, row * groups), out, groups);
+}
+
 void dequantize_affine_row(const AffineQuantized& q, int64_t row, float* out) {
   const int64_t words = q.cols * q.bits / 32, groups = q.cols / q.group_size, per_word = 32 / q.bits;
   const uint32_t* w = q.packed.as<uint32_t>() + row * words;
-  const float* s = q.scales.as<float>() + row * groups;
-  const float* b = q.biases.as<float>() + row * groups;
+  std::vector<float> sv(static_cast<size_t>(groups)), bv(static_cast<size_t>(groups));
+  affine_row_params(q, row, sv.data(), bv.data());
+  const float* s = sv.data();
+  const float* b = bv.data();
   const uint32_t mask = (1u << q.bits) - 1;
   for (int64_t c = 0; c < q.cols; ++c) {
     const uint32_t code = (w[c / per_word] >> ((c % per_word) * q.bits)) & mask;
@@ -69,11 +79,13 @@ Tensor dequantize_affine(const AffineQuantized& q) {
   return t;
 }
 
-Tensor affine_param_as(const Tensor& f32_params, DType dtype) {
-  if (dtype == DType::F32) return f32_params;
-  std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(dtype, f32_params.numel())));
-  convert_from_f32(f32_params.as<float>(), dtype, bytes.data(), f32_params.numel());
-  return Tensor::owned(dtype, f32_params.shape, std::move(bytes));
+Tensor affine_param_as(const Tensor& params, DType dtype) {
+  if (dtype == params.dtype) return params;
+  const Tensor f = params.dtype == DType::F32 ? params : to_f32(params);
+  if (dtype == DType::F32) return f;
+  std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(dtype, f.numel())));
+  convert_from_f32(f.as<float>(), dtype, bytes.data(), f.numel());
+  return Tensor::owned(dtype, f.shape, std::move(bytes));
 }
 
 namespace {

@@ -79,9 +79,10 @@ TEST(AffineQuant, QuantizeAndDequantizeMatchMlx) {
         return back;
       };
       const int64_t cols = w.shape[1];
+      const Tensor scales_f32 = to_f32(stored.scales), biases_f32 = to_f32(stored.biases);
       for (int64_t i = 0; i < dq.numel(); ++i) {
         const int64_t r = i / cols, col = i % cols, g = r * (cols / cn.group) + col / cn.group;
-        const float s = stored.scales.as<float>()[g], b = stored.biases.as<float>()[g];
+        const float s = scales_f32.as<float>()[g], b = biases_f32.as<float>()[g];
         const int64_t per_word = 32 / cn.bits, words = cols / per_word;
         const uint32_t word = stored.packed.as<uint32_t>()[r * words + col / per_word];
         const float code = static_cast<float>((word >> ((col % per_word) * cn.bits)) & ((1u << cn.bits) - 1));
