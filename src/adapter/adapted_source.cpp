@@ -31,7 +31,12 @@ Tensor WeightAdapterSource::read_as(const std::string& name, DType dtype) const 
     if (c != cache_.end() && c->second.dtype == dtype) return c->second;
   }
   // Each read starts from the immutable base, so a second read cannot apply the update twice.
-  Tensor merged = merge_tensor(base_->read(name), it->second, options_.policy, dtype, options_.parallel);
+  const Tensor base = base_->read(name);
+  Tensor merged = merge_tensor(base, it->second, options_.policy, dtype, options_.parallel);
+  // The merged copy replaces the stored bytes for whoever reads through this overlay: let a
+  // mapped base drop them, so fusing at load peaks near base + one tensor, not base + every
+  // adapted tensor (views of the base stay valid; its pages reload if touched again).
+  if (merged.data != base.data) base_->release(name);
   if (options_.cache) {
     std::lock_guard<std::mutex> lk(mu_);
     cache_[name] = merged;  // replaces any other dtype kept for this tensor

@@ -37,4 +37,12 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void MappedFile::release(const void* begin, size_t n) const {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(begin), e = b + n;
+  const uintptr_t lo = (b + page - 1) / page * page, hi = e / page * page;
+  if (b < reinterpret_cast<uintptr_t>(data_) || e > reinterpret_cast<uintptr_t>(data_) + size_ || hi <= lo) return;
+  madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advisory: failure changes nothing
+}
+
 }  // namespace graft

@@ -132,6 +132,10 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
   return t;
 }
 
+void SafetensorsFile::release(const std::string& name) const {
+  if (const SafetensorsEntry* e = find(name)) file_->release(data_begin_ + e->begin, e->end - e->begin);
+}
+
 namespace {
 std::string build_header(const std::vector<SafetensorsWriter::Declared>& tensors,
                          const std::map<std::string, std::string>& metadata, const std::string& path) {

@@ -37,6 +37,10 @@ class SafetensorsSource : public TensorSource {
     return files_[it->second]->tensor(name);
   }
   std::string describe() const override { return description_; }
+  void release(const std::string& name) const override {
+    auto it = owner_.find(name);
+    if (it != owner_.end()) files_[it->second]->release(name);
+  }
 
  private:
   std::string description_;

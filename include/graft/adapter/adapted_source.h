@@ -2,6 +2,8 @@
 // materializes base + updates (merge_tensor under the chosen policy) in the requested dtype;
 // every other tensor passes through zero-copy. The base is never written, and a tensor read twice
 // never gets its update twice (each read starts again from the base, or comes from the cache).
+// After materializing a tensor the overlay tells the base it may release that tensor's stored
+// pages (TensorSource::release), so a fused load does not keep two copies resident.
 #pragma once
 #include <memory>
 #include <mutex>

@@ -17,6 +17,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the whole pages inside [begin, begin + n) from this process (madvise DONTNEED): a memory
+  // hint for bytes that will not be read again. The mapping stays valid; a later read reloads the
+  // pages from the file, so views into the range remain correct.
+  void release(const void* begin, size_t n) const;
 
  private:
   std::string path_;

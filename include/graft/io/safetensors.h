@@ -33,6 +33,8 @@ class SafetensorsFile {
   const SafetensorsEntry* find(const std::string& name) const;
   // A zero-copy view kept alive by the mapping; throws naming the file if the tensor is absent.
   Tensor tensor(const std::string& name) const;
+  // Drops the tensor's pages from the process (MappedFile::release); no-op for unknown names.
+  void release(const std::string& name) const;
 
  private:
   std::shared_ptr<MappedFile> file_;

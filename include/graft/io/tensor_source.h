@@ -27,6 +27,11 @@ class TensorSource {
   // Human-readable origin for error messages ("model.safetensors", a directory, ...).
   virtual std::string describe() const = 0;
 
+  // A hint that the caller will not read this tensor's stored bytes again (an overlay that has
+  // merged it): sources backed by a file mapping drop its pages from the process. Views already
+  // handed out stay valid (the pages reload from the file if touched). Default: nothing.
+  virtual void release(const std::string& name) const { (void)name; }
+
   bool has(const std::string& name) const { return info(name).has_value(); }
 };
 
