@@ -7,10 +7,10 @@
 
 namespace graft::cli {
 
-AdapterArg parse_adapter_arg(const std::string& arg, bool allow_scale) {
-  if (!allow_scale || std::filesystem::exists(arg)) return {arg, 1.0f};
-  const size_t colon = arg.rfind(':');
-  if (colon == std::string::npos) return {arg, 1.0f};
+namespace {
+
+// arg split at `colon` into PATH and a scale that must be a finite number.
+AdapterArg split_scaled(const std::string& arg, size_t colon, const char* expected) {
   const std::string path = arg.substr(0, colon), num = arg.substr(colon + 1);
   size_t used = 0;
   float scale = 0;
@@ -20,25 +20,24 @@ AdapterArg parse_adapter_arg(const std::string& arg, bool allow_scale) {
     used = 0;
   }
   if (num.empty() || used != num.size() || !std::isfinite(scale))
-    fail("adapter argument '", arg, "': scale '", num, "' is not a finite number (expected PATH or PATH:SCALE)");
+    fail("adapter argument '", arg, "': scale '", num, "' is not a finite number (expected ", expected, ")");
   return {path, scale};
+}
+
+}  // namespace
+
+AdapterArg parse_adapter_arg(const std::string& arg, bool allow_scale) {
+  if (!allow_scale || std::filesystem::exists(arg)) return {arg, 1.0f};
+  const size_t colon = arg.rfind(':');
+  if (colon == std::string::npos) return {arg, 1.0f};
+  return split_scaled(arg, colon, "PATH or PATH:SCALE");
 }
 
 AdapterArg parse_scaled_adapter_arg(const std::string& arg) {
   const size_t colon = arg.rfind(':');
   if (colon == std::string::npos || colon == 0)
     fail("adapter argument '", arg, "': expected PATH:SCALE (split on the last colon)");
-  const std::string path = arg.substr(0, colon), num = arg.substr(colon + 1);
-  size_t used = 0;
-  float scale = 0;
-  try {
-    scale = std::stof(num, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (num.empty() || used != num.size() || !std::isfinite(scale))
-    fail("adapter argument '", arg, "': scale '", num, "' is not a finite number (expected PATH:SCALE)");
-  return {path, scale};
+  return split_scaled(arg, colon, "PATH:SCALE");
 }
 
 std::vector<std::string> split_adapter_list(const std::vector<std::string>& values, const char* option) {

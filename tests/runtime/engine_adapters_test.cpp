@@ -23,6 +23,7 @@
 #include "graft/model/loader.h"
 #include "graft/runtime/lora.h"
 #include "graft/runtime/transformer.h"
+#include "run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
@@ -40,30 +41,8 @@ std::shared_ptr<const adapter::WeightAdapter> read_adapter(const std::string& di
   return std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(dir));
 }
 
-std::vector<float> prompt_logits(const model::LoadedModel& m, std::shared_ptr<const LoraSet> set,
-                                 std::vector<float> scales, const std::vector<int32_t>& ids) {
-  ThreadPool pool(2);
-  Transformer t(m.config, m.weights, std::move(set));
-  KVCache cache(m.config, static_cast<int64_t>(ids.size()) + 1);
-  SequenceInput in{&cache, ids, true, scales};
-  return t.forward(pool, std::span(&in, 1));
-}
-
-std::vector<int32_t> greedy(const model::LoadedModel& m, std::shared_ptr<const LoraSet> set, std::vector<float> scales,
-                            std::vector<int32_t> ids, int n) {
-  ThreadPool pool(2);
-  Transformer t(m.config, m.weights, std::move(set));
-  KVCache cache(m.config, static_cast<int64_t>(ids.size()) + n + 1);
-  SequenceInput in{&cache, ids, false, scales};
-  auto lg = t.forward(pool, std::span(&in, 1));
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back(static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin()));
-    SequenceInput step{&cache, std::span(&out.back(), 1), false, scales};
-    lg = t.forward(pool, std::span(&step, 1));
-  }
-  return out;
-}
+using test::greedy_ids;
+using test::prompt_logits;
 
 float max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
   EXPECT_EQ(static_cast<int64_t>(a.size()), ref.numel());
@@ -93,7 +72,7 @@ void check_against_reference(const std::string& model_dir, const std::vector<ada
     EXPECT_LE(max_abs_diff(prompt_logits(fused, nullptr, {}, ids), want), kTol) << reference_file << " fused, prompt " << p;
     if (check_greedy && prompts[p].contains("greedy")) {
       const auto want_ids = prompts[p]["greedy"].get<std::vector<int32_t>>();
-      EXPECT_EQ(greedy(base, set, scales, ids, static_cast<int>(want_ids.size())), want_ids) << reference_file << " prompt " << p;
+      EXPECT_EQ(greedy_ids(base, set, scales, ids, want_ids.size()), want_ids) << reference_file << " prompt " << p;
     }
   }
 }

@@ -28,6 +28,7 @@
 #include "graft/runtime/kernels.h"
 #include "graft/runtime/lora.h"
 #include "graft/runtime/transformer.h"
+#include "run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
@@ -179,30 +180,8 @@ TEST(AffineQuant, GraftQuantizeWritesWhatMlxLmConvertWrote) {
                Error);  // already quantized
 }
 
-std::vector<float> logits(const model::LoadedModel& m, std::shared_ptr<const LoraSet> set, std::vector<float> scales,
-                          const std::vector<int32_t>& ids) {
-  ThreadPool pool(2);
-  Transformer t(m.config, m.weights, std::move(set));
-  KVCache cache(m.config, static_cast<int64_t>(ids.size()) + 1);
-  SequenceInput in{&cache, ids, true, scales};
-  return t.forward(pool, std::span(&in, 1));
-}
-
-std::vector<int32_t> greedy(const model::LoadedModel& m, std::shared_ptr<const LoraSet> set, std::vector<float> scales,
-                            const std::vector<int32_t>& ids, size_t n) {
-  ThreadPool pool(2);
-  Transformer t(m.config, m.weights, std::move(set));
-  KVCache cache(m.config, static_cast<int64_t>(ids.size() + n) + 1);
-  SequenceInput in{&cache, ids, false, scales};
-  auto lg = t.forward(pool, std::span(&in, 1));
-  std::vector<int32_t> out;
-  while (out.size() < n) {
-    out.push_back(static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin()));
-    SequenceInput step{&cache, std::span(&out.back(), 1), false, scales};
-    lg = t.forward(pool, std::span(&step, 1));
-  }
-  return out;
-}
+using test::greedy_ids;
+using test::prompt_logits;
 
 float max_abs_diff(const std::vector<float>& a, const Tensor& b) {
   float m = 0;
@@ -230,15 +209,15 @@ TEST_P(QuantizedModel, BaseAndUnfusedLoraMatchMlxLm) {
     const auto& pr = ref["prompts"][p];
     const auto ids = pr["ids"].get<std::vector<int32_t>>();
     const std::string key = "logits_" + std::to_string(p);
-    EXPECT_LE(max_abs_diff(logits(m, nullptr, {}, ids), base_ref->tensor(key)), 1e-4f) << GetParam() << " prompt " << p;
-    EXPECT_LE(max_abs_diff(logits(m, set, {1.0f}, ids), lora_ref->tensor(key)), 1e-4f) << GetParam() << " lora prompt " << p;
+    EXPECT_LE(max_abs_diff(prompt_logits(m, nullptr, {}, ids), base_ref->tensor(key)), 1e-4f) << GetParam() << " prompt " << p;
+    EXPECT_LE(max_abs_diff(prompt_logits(m, set, {1.0f}, ids), lora_ref->tensor(key)), 1e-4f) << GetParam() << " lora prompt " << p;
     if (pr.contains("greedy" + sfx)) {
       const auto want = pr["greedy" + sfx].get<std::vector<int32_t>>();
-      EXPECT_EQ(greedy(m, nullptr, {}, ids, want.size()), want) << GetParam() << " prompt " << p;
+      EXPECT_EQ(greedy_ids(m, nullptr, {}, ids, want.size()), want) << GetParam() << " prompt " << p;
     }
     if (pr.contains("greedy_lora" + sfx)) {
       const auto want = pr["greedy_lora" + sfx].get<std::vector<int32_t>>();
-      EXPECT_EQ(greedy(m, set, {1.0f}, ids, want.size()), want) << GetParam() << " lora prompt " << p;
+      EXPECT_EQ(greedy_ids(m, set, {1.0f}, ids, want.size()), want) << GetParam() << " lora prompt " << p;
     }
   }
 }
@@ -264,7 +243,8 @@ TEST_P(QuantizedModel, FusingIsRefusedUnlessRequantizeIsAsked) {
   model::LoadedModel m = model::load_model(dir);
   auto set = make_lora_set(m.config, *m.source, {{adapter, 1.0f}});
   const std::vector<int32_t> ids = {5, 17, 42, 99};
-  const auto a = logits(fused, nullptr, {}, ids), b = logits(m, set, {1.0f}, ids), base = logits(m, nullptr, {}, ids);
+  const auto a = prompt_logits(fused, nullptr, {}, ids), b = prompt_logits(m, set, {1.0f}, ids),
+             base = prompt_logits(m, nullptr, {}, ids);
   double err = 0, effect = 0;
   for (size_t i = 0; i < a.size(); ++i) err += std::abs(a[i] - b[i]), effect += std::abs(b[i] - base[i]);
   EXPECT_LT(err, effect) << "requantized fuse is further from the adapter than the base is";
