@@ -8,6 +8,8 @@
 #include "graft/model/adapter_bindings.h"
 #include "graft/model/family.h"
 #include "graft/model/loader.h"
+#include "graft/model/model_adapters.h"
+#include "graft/model/quantized_source.h"
 
 namespace graft::cli {
 
@@ -51,9 +53,20 @@ BaseCheckpoint open_base_checkpoint(const std::string& path) {
   }
   model::ModelSource m = model::open_model_source(path);
   b.kind = m.config.model_type + " (" + m.format + ")";
-  b.bindings = model::model_adapter_bindings(m.config, *m.source);
+  b.bindings = model::bindings_for_model(m.config, *m.source);
   b.source = m.source;
+  b.config = m.config;
+  if (auto q = std::dynamic_pointer_cast<const model::QuantizedCheckpointSource>(m.source))
+    b.quantized_weights = q->quantized_weights();
   return b;
+}
+
+std::shared_ptr<adapter::WeightAdapterPlan> bind_for_fuse(const BaseCheckpoint& base,
+                                                          const std::vector<adapter::AdapterUse>& adapters,
+                                                          bool allow_quantized) {
+  if (!base.config) return adapter::bind_weight_adapter(adapters, base.bindings, *base.source);
+  return model::bind_model_adapters(*base.config, *base.source, adapters, model::AdapterPath::Fused,
+                                    base.quantized_weights, allow_quantized);
 }
 
 }  // namespace graft::cli

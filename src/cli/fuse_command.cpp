@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli/adapter_args.h"
 #include "cli/base_checkpoint.h"
@@ -25,14 +27,24 @@ struct FuseArgs {
   std::vector<std::string> adapters;
   int threads = 0;
   double max_shard_gb = 5.0;
+  bool dequantize = false;
 };
 
 // Copies everything beside the weights (config, tokenizer, generation config, chat template...).
-void copy_side_files(const fs::path& base_dir, const fs::path& out) {
+// A dequantized output drops config.json's quantization blocks (its weights are dense).
+void copy_side_files(const fs::path& base_dir, const fs::path& out, bool dequantized) {
   for (const auto& e : fs::directory_iterator(base_dir)) {
     if (!e.is_regular_file()) continue;
     const std::string name = e.path().filename().string();
     if (name == "model.safetensors.index.json" || e.path().extension() == ".safetensors") continue;
+    if (dequantized && name == "config.json") {
+      std::ifstream in(e.path());
+      nlohmann::json j = nlohmann::json::parse(in);
+      j.erase("quantization");
+      j.erase("quantization_config");
+      std::ofstream(out / name) << j.dump(2) << "\n";
+      continue;
+    }
     fs::copy_file(e.path(), out / name, fs::copy_options::overwrite_existing);
   }
 }
@@ -55,7 +67,10 @@ int run_fuse(const FuseArgs& a) {
 
   BaseCheckpoint base = open_base_checkpoint(a.base);
   auto uses = read_adapters(args);
-  auto plan = adapter::bind_weight_adapter(uses, base.bindings, *base.source);  // every check before any write
+  if (a.dequantize && base.quantized_weights.empty()) fail("--dequantize: '", a.base, "' is not a quantized checkpoint");
+  // Every check before any write. A quantized base is refused unless --dequantize (then every
+  // quantized weight is written dense, as mlx_lm.fuse --dequantize does).
+  auto plan = bind_for_fuse(base, uses, a.dequantize);
 
   runtime::ThreadPool pool(a.threads);
   adapter::AdaptedSourceOptions opts;
@@ -73,7 +88,7 @@ int run_fuse(const FuseArgs& a) {
   io::CheckpointWriteResult r;
   try {
     r = io::write_checkpoint(*source, a.out, w);
-    if (base.is_directory) copy_side_files(a.base, a.out);
+    if (base.is_directory) copy_side_files(a.base, a.out, a.dequantize);
   } catch (...) {
     fs::remove_all(a.out);  // no half-written checkpoint left behind
     throw;
@@ -99,6 +114,9 @@ Runner add_fuse_command(CLI::App& app) {
   app.add_option("--max-shard-gb", a->max_shard_gb, "Shard size limit in GB (an index is written when sharded)")
       ->capture_default_str();
   app.add_option("-t,--threads", a->threads, "Worker threads (0 = all cores)")->capture_default_str();
+  app.add_flag("--dequantize", a->dequantize,
+               "Base is mlx-quantized: write every weight dense (dequantized) with the adapters merged, "
+               "and drop the quantization block from config.json");
   app.footer(
       "Every adapter is validated against the base before anything is written.\n"
       "Example: graft fuse --base models/llama --adapter my-lora:0.8 --out models/llama-merged");

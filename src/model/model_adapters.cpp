@@ -68,8 +68,9 @@ std::shared_ptr<adapter::WeightAdapterPlan> bind_model_adapters(const ModelConfi
     for (const auto& [tensor, updates] : plan->updates)
       if (std::find(quantized_weights.begin(), quantized_weights.end(), tensor) != quantized_weights.end())
         problems.push_back("'" + tensor + "' is stored quantized; fusing into a quantized weight is refused - apply " +
-                           "the adapter unfused with --lora (exact on quantized bases), or pass --fuse-requantize to " +
-                           "dequantize, merge and quantize again (small deltas are lost to the quantization step)");
+                           "the adapter unfused with --lora (exact on quantized bases), or opt in with generate " +
+                           "--fuse-requantize (dequantize, merge, quantize again: deltas below one quantization step " +
+                           "are lost) or fuse --dequantize (dense output)");
     if (!problems.empty()) refuse("cannot fuse adapter(s) into a quantized checkpoint", problems);
   }
   return plan;

@@ -103,6 +103,16 @@ expect_error gen-fuse-quantized "apply the adapter unfused with --lora" -- gener
 "$GRAFT" generate -m "$QMODEL" -p "Hello world" --temp 0 -n 8 --adapter "$QMODEL/adapters" --fuse-requantize \
   >"$TMP/out" 2>"$TMP/err" || fail "--fuse-requantize: $(cat "$TMP/err")"
 grep -q "warning: --fuse-requantize" "$TMP/err" || fail "--fuse-requantize gave no precision warning"
+expect_error fuse-quantized "fuse --dequantize" -- fuse --base "$QMODEL" --adapter "$QMODEL/adapters" --out "$TMP/never"
+"$GRAFT" fuse --base "$QMODEL" --adapter "$QMODEL/adapters" --out "$TMP/dq" --dequantize 2>"$TMP/err" \
+  || fail "fuse --dequantize: $(cat "$TMP/err")"
+grep -q '"quantization"' "$TMP/dq/config.json" && fail "fuse --dequantize kept the quantization block"
+"$GRAFT" generate -m "$TMP/dq" -p "Hello world" --temp 0 -n 4 >/dev/null 2>"$TMP/err" \
+  || fail "generate on a dequantized fuse: $(cat "$TMP/err")"
+expect_error fuse-dequantize-dense "is not a quantized checkpoint" -- fuse --base "$TINY" --adapter "$PEFT" \
+  --out "$TMP/never" --dequantize
+expect_error fuse-tied-lm-head "ties lm_head to embed_tokens" -- fuse --base "$SRC/tests/fixtures/models/qwen2_f32" \
+  --adapter "$SRC/tests/fixtures/engine_adapters/embed/peft_lm_head_qwen2_f32" --out "$TMP/never"
 
 # graft quantize: writes an mlx-lm checkpoint graft loads; refuses bad settings and existing output.
 "$GRAFT" quantize -m "$TINY" -o "$TMP/q4" --bits 4 --group-size 32 2>"$TMP/err" || fail "quantize: $(cat "$TMP/err")"
