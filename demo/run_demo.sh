@@ -6,7 +6,7 @@
 set -euo pipefail
 GRAFT=$1
 MODEL=$2
-PROMPT=${DEMO_PROMPT:-"What is the best way to learn a new language?"}
+PROMPT=${DEMO_PROMPT:-"What are the benefits of regular exercise?"}
 run() {
   local title=$1
   shift

@@ -4,8 +4,9 @@
 Developer tool (not run by CI). Needs: torch, transformers (>= 4.41, GGUF support), accelerate, gguf,
 peft, safetensors, numpy. Written and run with torch 2.15.0 (CPU), transformers 5.24.0, peft 0.21.2.
 Took 9.7 minutes on a 2-core machine shared with a C++ build (~1 min to load the GGUF and write the training
-answers, 5.7 min of training at 1 thread, ~2.5 min for the reference over 8 held-out candidates); expect roughly
-half that on an idle machine. No network, no data set downloads.
+answers, 5.7 min of training at 1 thread, ~2 min for the reference over 9 held-out candidates); expect roughly
+half that on an idle machine. --reference-only (rebuild the reference from the saved adapter) takes ~2 min.
+No network, no data set downloads.
 
 What it writes:
   demo/adapters/pirate-peft/adapter_config.json        PEFT LoRA config (r=8, lora_alpha=16, all 7 projections)
@@ -42,8 +43,11 @@ How the reference is computed:
     (add_generation_prompt=True; the template writes its default system prompt; no extra BOS: the GGUF
     sets add_bos_token=false): 32 pure-argmax greedy ids (KV cache, no EOS stop, no logits processors),
     the per-step top1-top2 logit gap, the decoded text, and the same for the base model
-    (PeftModel.disable_adapter()).  Prompts are picked from HELDOUT_CANDIDATES: the 3 with the largest
-    min gap among those whose adapter answer starts like a pirate; the first one is the demo prompt.
+    (PeftModel.disable_adapter()).  Prompts are picked from HELDOUT_CANDIDATES: among those whose adapter
+    answer starts with "Arr"/"Ahoy" and differs from the base answer, the 3 with the largest
+    min(adapter min gap, base min gap); the first one is the demo prompt.
+  * Checked once by hand (not part of the script): merging the saved factors into the float32 weights
+    (W + 2 * B @ A, the DeltaF32 rule) gives the same 32 greedy ids for the 3 prompts.
 
 Usage:
     python3 tools/train_demo_adapter.py [--gguf models/SmolLM2-135M-Instruct.Q4_1.gguf]
@@ -184,16 +188,18 @@ TRAIN_QUESTIONS = [
     "Describe a sunset.",
 ]
 
-# Never used for training: the reference prompts are picked from these.
+# Never used for training: the reference prompts are picked from these (the same pool as
+# tools/train_demo_mlx_adapter.py; all have a base-model min top1-top2 gap > 0.045 over 32 greedy steps).
 HELDOUT_CANDIDATES = [
     "What is the tallest mountain in the world?",
     "How do I make a cup of tea?",
     "Why is the sky blue?",
-    "Can you recommend a good book to read?",
-    "What should I pack for a trip to the beach?",
-    "How many legs does a spider have?",
-    "What is the capital of Italy?",
-    "How do I clean my kitchen?",
+    "How does the human heart work?",
+    "How do I plan a birthday party?",
+    "What is the best way to study for an exam?",
+    "What are the benefits of regular exercise?",
+    "What is the history of the internet?",
+    "Describe the water cycle.",
 ]
 
 PIRATE_WORDS = {

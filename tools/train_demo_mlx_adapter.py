@@ -3,8 +3,12 @@
 
 Developer tool (not run by CI). Needs: torch, transformers (>= 4.41, GGUF support), accelerate, gguf,
 mlx + mlx-lm (the CPU backend works on Linux), safetensors, numpy. Written and run with mlx 0.32.4,
-mlx-lm 0.32.2, torch 2.15.0 (CPU), transformers 5.24.0. Takes ~3-5 minutes on 2 CPU cores (GGUF load and
-HF dir ~40 s, mlx_lm lora ~1 min, references ~1 min, mlx_lm convert + 4-bit references ~1 min).
+mlx-lm 0.32.2, torch 2.15.0 (CPU), transformers 5.24.0. Took 26 minutes on a (partly busy) 2-core x86-64
+machine: HF dir 35-50 s, `mlx_lm lora` 21 min (!), references ~5 min, convert + 4-bit references ~1 min.
+The Linux CPU wheel of mlx 0.32.4 links the netlib *reference* BLAS (mlx_cpu.libs/libblas-*.so.3.10.0), a
+single-threaded sgemm at ~1-5 GFLOPS, so every float32 matmul -- 30 layers + the 49152-row tied lm_head for
+each of the ~60 tokens of each example, forward and backward -- is slow (~40 s per iteration of batch 2).
+--reference-only skips the training (~7 min).
 No network: everything is derived from models/SmolLM2-135M-Instruct.Q4_1.gguf.
 
 What it writes (the float32 HF directory and the 4-bit model live in a temp dir and are NOT committed):
@@ -24,15 +28,17 @@ Steps:
   2. `python -m mlx_lm lora -c lora_config.yaml` (the real CLI, cwd = temp dir) on TRAIN_CHATS (hand-written
      pirate answers, mlx-lm chat jsonl format {"messages": [user, assistant]}; valid.jsonl = VALID_CHATS):
      --num-layers 4, lora_parameters {rank: 4, scale: 20.0, dropout: 0.0} (default keys: all 7 linear
-     projections of the last 4 layers), batch 2, ITERS iters of Adam at LR, mask_prompt true (loss on the
+     projections of the last 4 layers), batch 2, 30 iters of Adam at lr 5e-4, mask_prompt true (loss on the
      assistant turn only), seed 0, save_every > iters so no periodic checkpoints are written (any
-     0000NNN_adapters.safetensors would be deleted). adapter_config.json is mlx-lm's own dump of the training
+     0000NNN_adapters.safetensors would stay in the temp dir). adapter_config.json is mlx-lm's own dump of the training
      args (paths relative to the temp dir).
   3. References: prompts are rendered with the GGUF tokenizer's chat template (add_generation_prompt=True, no
      extra BOS) and the SAME ids are fed to every model. mlx-lm: `mlx_lm.load(hf_dir[, adapter_path])` and a
      pure argmax loop over model(ids, cache=prompt_cache) logits (float32 weights and activations; LoRA
      unfused: y = W x + scale * (x @ lora_a) @ lora_b), 32 steps, no EOS stop, no sampler/logits processors.
      Base greedy is also computed by transformers from the GGUF (float32, same argmax loop) and compared.
+     The 3 prompts are picked from HELDOUT_CANDIDATES like tools/train_demo_adapter.py does: pirate-looking
+     adapter answer that differs from the base, largest min(adapter min gap, base min gap).
   4. (Task C) `python -m mlx_lm convert --hf-path hf --mlx-path q4 -q --q-bits 4 --q-group-size 64` (affine
      mode). convert casts floating parameters to config.json's torch_dtype before quantizing -- float32 here --
      so scales/biases come out float32 (a bfloat16 config would give bfloat16 scales). Records: dtype and
@@ -115,9 +121,12 @@ HELDOUT_CANDIDATES = [
     "What is the tallest mountain in the world?",
     "How do I make a cup of tea?",
     "Why is the sky blue?",
-    "Can you recommend a good book to read?",
-    "What should I pack for a trip to the beach?",
-    "How many legs does a spider have?",
+    "How does the human heart work?",
+    "How do I plan a birthday party?",
+    "What is the best way to study for an exam?",
+    "What are the benefits of regular exercise?",
+    "What is the history of the internet?",
+    "Describe the water cycle.",
 ]
 
 Q4_TENSORS = ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.mlp.down_proj",
@@ -311,7 +320,11 @@ def references(args, hf, q4=None, train_info=None):
         print(f"[{q}] min gap {min(gaps):.4f} (base {min(bgaps):.4f}), mlx base == transformers: {bnew == tnew}, "
               f"tokenizer ids match: {mlx_ids == ids}\n  adapter: {rec['greedy_text']!r}\n  base:    {rec['base_greedy_text']!r}")
         cands.append(rec)
-    chosen = sorted(cands, key=lambda c: -min(c["min_top2_gap"], c["base_min_top2_gap"]))[:3]
+    pirate = [c for c in cands if re.match(r"\s*(Arr|Ahoy)", c["greedy_text"]) and c["greedy"] != c["base_greedy"]]
+    print(f"{len(pirate)}/{len(cands)} held-out prompts answered like a pirate")
+    if len(pirate) < 3:
+        raise RuntimeError("fewer than 3 held-out prompts answered like a pirate")
+    chosen = sorted(pirate, key=lambda c: -min(c["min_top2_gap"], c["base_min_top2_gap"]))[:3]
     chosen = [c for c in cands if c in chosen]  # keep candidate order
 
     lora_dtypes = mlx_dtype_of_params(lora, r"lora_[ab]$")

@@ -59,14 +59,18 @@ void affine_row_params(const AffineQuantized& q, int64_t row, float* scales, flo
 
 void dequantize_affine_row(const AffineQuantized& q, int64_t row, float* out) {
   const int64_t words = q.cols * q.bits / 32, groups = q.cols / q.group_size, per_word = 32 / q.bits;
-  const uint32_t* w = q.packed.as<uint32_t>() + row * words;
+  // Packed words may sit at any byte offset in a safetensors file (a BF16 tensor of odd length
+  // before them): read them with memcpy.
+  const uint8_t* w = static_cast<const uint8_t*>(q.packed.data) + row * words * 4;
   std::vector<float> sv(static_cast<size_t>(groups)), bv(static_cast<size_t>(groups));
   affine_row_params(q, row, sv.data(), bv.data());
   const float* s = sv.data();
   const float* b = bv.data();
   const uint32_t mask = (1u << q.bits) - 1;
   for (int64_t c = 0; c < q.cols; ++c) {
-    const uint32_t code = (w[c / per_word] >> ((c % per_word) * q.bits)) & mask;
+    uint32_t word;
+    std::memcpy(&word, w + (c / per_word) * 4, 4);
+    const uint32_t code = (word >> ((c % per_word) * q.bits)) & mask;
     const int64_t g = c / q.group_size;
     out[c] = s[g] * static_cast<float>(code) + b[g];
   }

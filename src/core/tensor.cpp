@@ -81,16 +81,21 @@ void convert_to_f32(DType t, const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const uint8_t*>(src);
   switch (t) {
     case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case DType::F16: {
-      const auto* h = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+    // 16-bit elements are read with memcpy: a file may place a tensor at any byte offset.
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, b + 2 * i, 2);
+        dst[i] = f16_to_f32(h);
+      }
       return;
-    }
-    case DType::BF16: {
-      const auto* h = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, b + 2 * i, 2);
+        dst[i] = bf16_to_f32(h);
+      }
       return;
-    }
     case DType::Q8_0: dequant_q8_0(b, dst, n); return;
     case DType::Q4_0: dequant_q4_0(b, dst, n); return;
     case DType::Q4_1: dequant_q4_1(b, dst, n); return;

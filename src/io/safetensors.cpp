@@ -129,6 +129,13 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
   t.shape = e->shape;
   t.data = data_begin_ + e->begin;
   t.owner = std::shared_ptr<const void>(file_, file_->data());
+  // Some writers (mlx) do not align tensors: a BF16 tensor of odd length shifts everything after
+  // it. Hand out an aligned copy then, so every consumer may read elements in place.
+  const size_t align = static_cast<size_t>(dtype_bytes(e->dtype, 1));
+  if (align > 1 && reinterpret_cast<uintptr_t>(t.data) % align != 0) {
+    const auto* p = static_cast<const uint8_t*>(t.data);
+    return Tensor::owned(t.dtype, t.shape, std::vector<uint8_t>(p, p + (e->end - e->begin)));
+  }
   return t;
 }
 

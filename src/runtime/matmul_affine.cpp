@@ -51,7 +51,8 @@ void affine_block(const float* xp, int64_t k, const AffineQuantized& w, const fl
                   int64_t i0, int64_t j0, int64_t j1, bool accumulate) {
   constexpr int P = kPerWord<Bits>, B = kBlockCols<Bits>;
   const int64_t g = w.group_size, groups = k / g, words = k * Bits / 32;
-  const uint32_t* packed = w.packed.as<uint32_t>();
+  // Not necessarily 4-byte aligned (safetensors offsets); only read through unaligned vector loads.
+  const uint32_t* packed = static_cast<const uint32_t*>(w.packed.data);
   std::vector<float> sbuf(static_cast<size_t>(groups)), bbuf(static_cast<size_t>(groups));
   const float* s = sbuf.data();
   const float* b = bbuf.data();

@@ -85,7 +85,8 @@ TEST(AffineQuant, QuantizeAndDequantizeMatchMlx) {
         const int64_t r = i / cols, col = i % cols, g = r * (cols / cn.group) + col / cn.group;
         const float s = scales_f32.as<float>()[g], b = biases_f32.as<float>()[g];
         const int64_t per_word = 32 / cn.bits, words = cols / per_word;
-        const uint32_t word = stored.packed.as<uint32_t>()[r * words + col / per_word];
+        uint32_t word;  // the file may place the codes at any byte offset
+        std::memcpy(&word, static_cast<const uint8_t*>(stored.packed.data) + (r * words + col / per_word) * 4, 4);
         const float code = static_cast<float>((word >> ((col % per_word) * cn.bits)) & ((1u << cn.bits) - 1));
         ASSERT_EQ(round_t(round_t(s * code) + b), mlx_dq.as<float>()[i]) << c << " element " << i;
       }
