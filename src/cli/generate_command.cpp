@@ -29,6 +29,8 @@ struct GenerateArgs {
   std::vector<std::string> adapters, adapters_scaled, loras, loras_scaled;
   std::string merge_policy = "DeltaF32";
   bool fuse_requantize = false;
+  int q_bits = 0;
+  int q_group_size = 64;
 };
 
 std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,
@@ -68,6 +70,10 @@ int run_generate(const GenerateArgs& a) {
       else if (a.dtype == "f16" || a.dtype == "F16") opts.weight_dtype = DType::F16;
       else if (a.dtype == "bf16" || a.dtype == "BF16") opts.weight_dtype = DType::BF16;
       else fail("--dtype '", a.dtype, "' is not one of F32, F16, BF16");
+    }
+    if (a.q_bits != 0) {
+      check_affine_params(a.q_bits, a.q_group_size, a.q_group_size, "--q-bits/--q-group-size");
+      opts.quantize = model::QuantSpec{a.q_bits, a.q_group_size};
     }
     opts.fused_adapters = fused;
     opts.merge_policy = policy;
@@ -178,6 +184,10 @@ Runner add_generate_command(CLI::App& app) {
   app.add_flag("--fuse-requantize", a->fuse_requantize,
                "Allow fusing into an mlx-lm quantized checkpoint: dequantize, merge, quantize again (loses deltas "
                "smaller than a quantization step; --lora keeps them)");
+  app.add_option("--q-bits", a->q_bits,
+                 "Quantize dense weights at load to 4 or 8 bits (mlx affine, as graft quantize; fused adapters are "
+                 "merged first)");
+  app.add_option("--q-group-size", a->q_group_size, "Group size for --q-bits: 32 | 64 | 128")->capture_default_str();
   app.add_option("--lora", a->loras,
                  "Adapter(s) kept unfused as low-rank terms with a live scale: DIR[,DIR...] (works on quantized bases)");
   app.add_option("--lora-scaled", a->loras_scaled, "Unfused adapter(s) with a scale: DIR:SCALE[,DIR:SCALE...]");

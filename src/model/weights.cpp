@@ -49,7 +49,10 @@ Matrix read_matrix(const io::TensorSource& s, const std::string& name, const Wei
     return Matrix::of(quantize_affine(s.read(name), spec.bits, spec.group_size, o.requantize_scale_dtype));
   }
   Tensor t = s.read(name);
-  return Matrix::of(o.weight_dtype ? convert_tensor(t, *o.weight_dtype) : t);
+  if (o.weight_dtype) t = convert_tensor(t, *o.weight_dtype);
+  if (o.quantize && t.shape.size() == 2 && t.shape[1] % o.quantize->group_size == 0)
+    return Matrix::of(quantize_affine(t, o.quantize->bits, o.quantize->group_size, t.dtype));
+  return Matrix::of(t);
 }
 
 Tensor read_vector_f32(const io::TensorSource& s, const std::string& name) { return to_f32(s.read(name)); }

@@ -118,6 +118,9 @@ expect_error fuse-tied-lm-head "ties lm_head to embed_tokens" -- fuse --base "$S
 "$GRAFT" quantize -m "$TINY" -o "$TMP/q4" --bits 4 --group-size 32 2>"$TMP/err" || fail "quantize: $(cat "$TMP/err")"
 grep -q '"bits": 4' "$TMP/q4/config.json" || fail "quantized config lacks the quantization block"
 "$GRAFT" generate -m "$TMP/q4" -p "Hello world" --temp 0 -n 4 >/dev/null 2>"$TMP/err" || fail "generate on quantized: $(cat "$TMP/err")"
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 4 --q-bits 8 --q-group-size 32 >/dev/null 2>"$TMP/err" \
+  || fail "generate --q-bits: $(cat "$TMP/err")"
+expect_error gen-q-bits "not supported (supported: 4, 8)" -- generate -m "$TINY" -p hi --q-bits 2
 expect_error quantize-bits "not supported (supported: 4, 8)" -- quantize -m "$TINY" -o "$TMP/q3" --bits 3
 expect_error quantize-group "group size 48" -- quantize -m "$TINY" -o "$TMP/q3" --group-size 48
 expect_error quantize-existing "not empty" -- quantize -m "$TINY" -o "$TMP/q4"

@@ -5,14 +5,20 @@
 //     fused and the unfused path, and differ from the base model's;
 //   * pirate-mlx, trained with `mlx_lm lora` by tools/train_demo_mlx_adapter.py: greedy tokens equal
 //     mlx-lm's generate on the same weights (F32, dequantized from the GGUF).
+//   * 4-bit: the GGUF's weights quantized at load (group 64) are the bits mlx_lm.convert -q wrote
+//     for the same weights (layer 0 k_proj compared in full), and greedy tokens with and without
+//     pirate-mlx (unfused on the quantized base) equal mlx-lm's on its 4-bit model.
 // As in smollm2_test, a divergence is accepted only at a recorded near tie (top-two gap < 1e-4).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "graft/adapter/weight_adapter.h"
+#include "graft/io/safetensors.h"
+#include "run_util.h"
 #include "graft/model/loader.h"
 #include "graft/runtime/generator.h"
 #include "graft/runtime/lora.h"
@@ -83,6 +89,37 @@ TEST(SmolLM2Adapters, MlxPirateMatchesMlxLmGenerate) {
   for (const auto& p : ref["prompts"]) {
     expect_greedy(base, set, {1.0f}, p, "greedy", "top2_gap", "unfused");
     expect_greedy(fused, nullptr, {}, p, "greedy", "top2_gap", "fused");
+  }
+}
+
+TEST(SmolLM2Adapters, FourBitQuantizationAndMlxAdapterMatchMlxLm) {
+  if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
+  const auto ref = load("smollm2/mlx_q4_reference.json");
+  model::LoadOptions o;
+  o.quantize = model::QuantSpec{4, 64};
+  model::LoadedModel m = model::load_model(test::smollm2_gguf(), o);
+  // The same codes, scales and biases as mlx (F32 scales: the weights were F32).
+  auto mlx = io::SafetensorsFile::open(test::fixture("smollm2/mlx_q4_layer0_k_proj.safetensors"));
+  const AffineQuantized& k = m.weights.layers[0].k.quant;
+  ASSERT_TRUE(m.weights.layers[0].k.quantized());
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.dtype == b.dtype && a.shape == b.shape && std::memcmp(a.data, b.data, static_cast<size_t>(a.nbytes())) == 0;
+  };
+  EXPECT_TRUE(same(k.packed, mlx->tensor("model.layers.0.self_attn.k_proj.weight")));
+  EXPECT_TRUE(same(k.scales, mlx->tensor("model.layers.0.self_attn.k_proj.scales")));
+  EXPECT_TRUE(same(k.biases, mlx->tensor("model.layers.0.self_attn.k_proj.biases")));
+  EXPECT_TRUE(m.weights.embed.quantized());
+
+  auto adapter = std::make_shared<const adapter::WeightAdapter>(
+      adapter::read_weight_adapter(test::source_dir() + "/demo/adapters/pirate-mlx"));
+  auto set = make_lora_set(m.config, *m.source, {{adapter, 1.0f}});
+  ASSERT_EQ(ref["prompts"].size(), 3u);
+  for (const auto& p : ref["prompts"]) {
+    const auto ids = p["ids"].get<std::vector<int32_t>>();
+    const auto base = p["q4_greedy"].get<std::vector<int32_t>>(), lora = p["q4_adapter_greedy"].get<std::vector<int32_t>>();
+    EXPECT_EQ(test::greedy_ids(m, nullptr, {}, ids, base.size()), base) << "4-bit base, min gap " << p["q4_min_top2_gap"];
+    EXPECT_EQ(test::greedy_ids(m, set, {1.0f}, ids, lora.size()), lora)
+        << "4-bit + pirate-mlx, min gap " << p["q4_adapter_min_top2_gap"];
   }
 }
 

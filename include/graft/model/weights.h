@@ -60,6 +60,10 @@ struct WeightLoadOptions {
   // and quantize again with their own spec: the explicit --fuse-requantize route.
   std::set<std::string> requantize;
   DType requantize_scale_dtype = DType::BF16;  // dtype the requantized scales are rounded to
+  // Quantize every dense matrix whose width divides by the group size at load (mlx affine, the
+  // same bits as graft quantize / mlx_lm.convert -q; scales in the weight's dtype after
+  // weight_dtype).
+  std::optional<QuantSpec> quantize;
 };
 
 // Reads and validates every tensor the config calls for: presence, dtype, shape. All problems are
