@@ -32,6 +32,8 @@ def prepare(work):
         cfg = m.config.to_dict()
         cfg.pop("quantization_config", None)
         cfg["torch_dtype"] = "bfloat16"
+        # transformers 5 writes rope_parameters only; mlx-lm's llama reads rope_theta.
+        cfg.setdefault("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
         json.dump(cfg, open(os.path.join(base, "config.json"), "w"), indent=2)
         AutoTokenizer.from_pretrained(os.path.dirname(GGUF), gguf_file=os.path.basename(GGUF)).save_pretrained(base)
     peft_dir = os.path.join(work, "peft_r16")
