@@ -18,6 +18,19 @@ Tensor row_slice(const Tensor& t, int64_t row0, int64_t rows) {
   return s;
 }
 
+// Bᵀ, contiguous, in BF16 when B is BF16 (exact) and F32 otherwise (F16 widens exactly).
+Tensor transposed(const Tensor& b) {
+  const int64_t rows = b.shape[0], r = b.shape[1];
+  std::vector<float> f(static_cast<size_t>(rows * r)), t(static_cast<size_t>(rows * r));
+  convert_to_f32(b.dtype, b.data, f.data(), rows * r);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t k = 0; k < r; ++k) t[static_cast<size_t>(k * rows + i)] = f[static_cast<size_t>(i * r + k)];
+  const DType dt = b.dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(dt, rows * r)));
+  convert_from_f32(t.data(), dt, bytes.data(), rows * r);
+  return Tensor::owned(dt, {r, rows}, std::move(bytes));
+}
+
 // Model tensor name -> (layer, projection) for every projection a term can sit on.
 struct Site {
   int64_t layer;
@@ -54,7 +67,8 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
                            " update, which has no low-rank form; apply this adapter fused with --adapter");
         continue;
       }
-      LoraTerm t{lr->a, row_slice(lr->b, pu.src_row, pu.rows), pu.dst_row, lr->scale * pu.strength};
+      const Tensor b = row_slice(lr->b, pu.src_row, pu.rows);
+      LoraTerm t{lr->a, b, transposed(b), pu.dst_row, lr->scale * pu.strength};
       if (tensor == model::kEmbedName) {
         out->embed.push_back(t);
         // A tied head is the embedding read as a linear layer: the same ΔE changes the logits.

@@ -75,7 +75,7 @@ constexpr int64_t kMinChunkWork = 32 * 1024;
 }  // namespace
 
 void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
-            bool accumulate) {
+            bool accumulate, const ColumnEpilogue* epilogue) {
   check_args("matmul", x, m, k, w, y);
   const int64_t n = w.shape[0];
   if (m == 0 || n == 0) return;
@@ -88,6 +88,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor
       units,
       [&](int64_t u0, int64_t u1) {
         detail::matmul_cols(isa, a, u0 * kColUnit, std::min(n, u1 * kColUnit));
+        if (epilogue) (*epilogue)(u0 * kColUnit, std::min(n, u1 * kColUnit));
       },
       grain);
 }

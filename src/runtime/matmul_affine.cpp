@@ -5,6 +5,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "graft/core/error.h"
@@ -41,77 +43,117 @@ void permute_x(const float* x, int64_t m, int64_t k, float* xp) {
         for (int l = 0; l < 8; ++l) xp[i * k + b0 + j * 8 + l] = x[i * k + b0 + l * P + j];
 }
 
-// Rows [i0, i0 + MR) of x (slot-major) against weight rows [j0, j1). Per block: the slots' products
-// go into two accumulators (even/odd slots), their sum is multiplied by the block's per-lane scales
-// (lanes of one block can belong to two groups when a group is 32 4-bit codes) and added to the
-// running total; the bias part Σ_g b_g·Σ_{c∈g} x_c is added after the lane sum. The order is the
-// same for every MR, so a row's result does not depend on the rows that share its tile.
-template <int Bits, int MR>
-void affine_block(const float* xp, int64_t k, const AffineQuantized& w, const float* xsum, float* y, int64_t n,
-                  int64_t i0, int64_t j0, int64_t j1, bool accumulate) {
+// Scales and biases are read in their stored dtype (F32, or BF16 widened by a shift).
+inline float param_at(const float* p, int64_t i) { return p[i]; }
+inline float param_at(const uint16_t* p, int64_t i) {
+  uint16_t h;
+  std::memcpy(&h, p + i, 2);
+  return bf16_to_f32(h);
+}
+
+// Rows [i0, i0 + MR) of x (slot-major) against weight rows [j, j + NR). Per block: the slots'
+// products go into two accumulators (even/odd slots), their sum is multiplied by the block's
+// per-lane scales (lanes of one block can belong to two groups when a group is 32 4-bit codes)
+// and added to the running total; the bias part Σ_g b_g·Σ_{c∈g} x_c is added after the lane sum.
+// Every output element goes through the same sequence whatever MR and NR, so a row's result does
+// not depend on the rows or columns that share its tile.
+template <int Bits, int MR, int NR, class S>
+inline void affine_tile(const float* xp, int64_t k, const uint32_t* packed, const S* scales, const S* biases,
+                        int64_t groups, int64_t g, const float* xsum, float* y, int64_t n, int64_t i0, int64_t j,
+                        bool accumulate) {
   constexpr int P = kPerWord<Bits>, B = kBlockCols<Bits>;
-  const int64_t g = w.group_size, groups = k / g, words = k * Bits / 32;
-  // Not necessarily 4-byte aligned (safetensors offsets); only read through unaligned vector loads.
-  const uint32_t* packed = static_cast<const uint32_t*>(w.packed.data);
-  std::vector<float> sbuf(static_cast<size_t>(groups)), bbuf(static_cast<size_t>(groups));
-  const float* s = sbuf.data();
-  const float* b = bbuf.data();
-  const uint8_t* scale_bytes = static_cast<const uint8_t*>(w.scales.data);
-  const uint8_t* bias_bytes = static_cast<const uint8_t*>(w.biases.data);
-  const int64_t param_row_bytes = dtype_bytes(w.scales.dtype, groups);
+  const int64_t words = k * Bits / 32;
   const __m256i mask = _mm256_set1_epi32((1 << Bits) - 1);
   const bool split_block = g < B;  // 32-code groups of 4-bit weights: lanes 0-3 and 4-7 differ
-  for (int64_t j = j0; j < j1; ++j) {
-    const uint32_t* row = packed + j * words;
-    affine_row_params(w, j, sbuf.data(), bbuf.data());
-    __m256 total[MR];
-    for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
-    // Decode streams the codes once (84 MB per token on SmolLM2 at 4 bits, far beyond L3): fetch
-    // each line 4 KiB ahead (rows are contiguous), and the scales/biases of a row 32 rows ahead.
-    _mm_prefetch(reinterpret_cast<const char*>(scale_bytes + (j + 32) * param_row_bytes), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(bias_bytes + (j + 32) * param_row_bytes), _MM_HINT_T0);
-    for (int64_t c0 = 0; c0 < k; c0 += B) {
-      if ((c0 / P) % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(row + c0 / P) + 4096, _MM_HINT_T0);
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c0 / P));
-      __m256 acc[MR][2];
-      for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-#pragma GCC unroll 8
-      for (int t = 0; t < P; ++t) {
-        __m256i codes = t == 0 ? v : _mm256_srli_epi32(v, t * Bits);
-        if (t != P - 1) codes = _mm256_and_si256(codes, mask);
-        const __m256 q = _mm256_cvtepi32_ps(codes);
-        for (int i = 0; i < MR; ++i)
-          acc[i][t & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + (i0 + i) * k + c0 + t * 8), q, acc[i][t & 1]);
-      }
-      const int64_t gi = c0 / g;
-      const __m256 sv = split_block ? _mm256_setr_m128(_mm_set1_ps(s[gi]), _mm_set1_ps(s[gi + 1]))
-                                    : _mm256_set1_ps(s[gi]);
-      for (int i = 0; i < MR; ++i) total[i] = _mm256_fmadd_ps(sv, _mm256_add_ps(acc[i][0], acc[i][1]), total[i]);
+  const uint32_t* row[NR];
+  for (int r = 0; r < NR; ++r) {
+    row[r] = packed + (j + r) * words;
+    // Decode streams the codes once (far beyond L3): scales/biases 32 rows ahead; codes below.
+    _mm_prefetch(reinterpret_cast<const char*>(scales + (j + r + 32) * groups), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(biases + (j + r + 32) * groups), _MM_HINT_T0);
+  }
+  __m256 total[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) total[i][r] = _mm256_setzero_ps();
+  for (int64_t c0 = 0; c0 < k; c0 += B) {
+    __m256i v[NR];
+    for (int r = 0; r < NR; ++r) {
+      // Rows are contiguous: fetching each line 4 KiB ahead runs into the next rows.
+      if ((c0 / P) % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(row[r] + c0 / P) + 4096, _MM_HINT_T0);
+      v[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + c0 / P));
     }
+    __m256 acc[MR][NR][2];
+    for (int i = 0; i < MR; ++i)
+      for (int r = 0; r < NR; ++r) acc[i][r][0] = acc[i][r][1] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < P; ++t) {
+      __m256 q[NR];
+      for (int r = 0; r < NR; ++r) {
+        __m256i codes = t == 0 ? v[r] : _mm256_srli_epi32(v[r], t * Bits);
+        if (t != P - 1) codes = _mm256_and_si256(codes, mask);
+        q[r] = _mm256_cvtepi32_ps(codes);
+      }
+      for (int i = 0; i < MR; ++i) {
+        const __m256 xv = _mm256_loadu_ps(xp + (i0 + i) * k + c0 + t * 8);
+        for (int r = 0; r < NR; ++r) acc[i][r][t & 1] = _mm256_fmadd_ps(xv, q[r], acc[i][r][t & 1]);
+      }
+    }
+    const int64_t gi = c0 / g;
+    for (int r = 0; r < NR; ++r) {
+      const S* sr = scales + (j + r) * groups;
+      const __m256 sv = split_block ? _mm256_setr_m128(_mm_set1_ps(param_at(sr, gi)), _mm_set1_ps(param_at(sr, gi + 1)))
+                                    : _mm256_set1_ps(param_at(sr, gi));
+      for (int i = 0; i < MR; ++i)
+        total[i][r] = _mm256_fmadd_ps(sv, _mm256_add_ps(acc[i][r][0], acc[i][r][1]), total[i][r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    const S* br = biases + (j + r) * groups;
     for (int i = 0; i < MR; ++i) {
       float bias_part = 0.0f;
       const float* xs = xsum + (i0 + i) * groups;
-      for (int64_t gi = 0; gi < groups; ++gi) bias_part += b[gi] * xs[gi];
-      const float v = hsum(total[i]) + bias_part;
-      float& out = y[(i0 + i) * n + j];
-      out = accumulate ? out + v : v;
+      for (int64_t gi = 0; gi < groups; ++gi) bias_part += param_at(br, gi) * xs[gi];
+      const float val = hsum(total[i][r]) + bias_part;
+      float& out = y[(i0 + i) * n + j + r];
+      out = accumulate ? out + val : val;
     }
   }
 }
 
-template <int Bits>
+// Output columns [j0, j1) for all m rows: pairs of x rows (prefill) or pairs of weight rows
+// (decode) share each load.
+template <int Bits, class S>
 void affine_cols(const float* xp, int64_t m, int64_t k, const AffineQuantized& w, const float* xsum, float* y,
                  int64_t j0, int64_t j1, bool accumulate) {
-  const int64_t n = w.rows;
+  const int64_t n = w.rows, g = w.group_size, groups = k / g;
+  const auto* packed = static_cast<const uint32_t*>(w.packed.data);  // maybe unaligned: vector loads only
+  const S* scales = static_cast<const S*>(w.scales.data);
+  const S* biases = static_cast<const S*>(w.biases.data);
   int64_t i = 0;
-  for (; i + 2 <= m; i += 2) affine_block<Bits, 2>(xp, k, w, xsum, y, n, i, j0, j1, accumulate);
-  for (; i < m; ++i) affine_block<Bits, 1>(xp, k, w, xsum, y, n, i, j0, j1, accumulate);
+  for (; i + 2 <= m; i += 2)
+    for (int64_t j = j0; j < j1; ++j)
+      affine_tile<Bits, 2, 1>(xp, k, packed, scales, biases, groups, g, xsum, y, n, i, j, accumulate);
+  for (; i < m; ++i) {
+    int64_t j = j0;
+    for (; j + 2 <= j1; j += 2)
+      affine_tile<Bits, 1, 2>(xp, k, packed, scales, biases, groups, g, xsum, y, n, i, j, accumulate);
+    for (; j < j1; ++j) affine_tile<Bits, 1, 1>(xp, k, packed, scales, biases, groups, g, xsum, y, n, i, j, accumulate);
+  }
+}
+
+template <int Bits>
+void affine_cols_any(const float* xp, int64_t m, int64_t k, const AffineQuantized& w, const float* xsum, float* y,
+                     int64_t j0, int64_t j1, bool accumulate) {
+  if (w.scales.dtype == DType::BF16)
+    affine_cols<Bits, uint16_t>(xp, m, k, w, xsum, y, j0, j1, accumulate);
+  else
+    affine_cols<Bits, float>(xp, m, k, w, xsum, y, j0, j1, accumulate);
 }
 
 }  // namespace
 
 void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const AffineQuantized& w, float* y,
-                   bool accumulate) {
+                   bool accumulate, const ColumnEpilogue* epilogue) {
   if (w.bits != 4 && w.bits != 8) fail("matmul_affine: ", w.bits, "-bit weights are not supported (4 or 8)");
   if (w.cols != k || k % w.group_size != 0 || w.group_size % 32 != 0)
     fail("matmul_affine: weight [", w.rows, ", ", w.cols, "] (group ", w.group_size, ") does not match k = ", k);
@@ -138,11 +180,32 @@ void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const
       n,
       [&](int64_t j0, int64_t j1) {
         if (w.bits == 4)
-          affine_cols<4>(xp.data(), m, k, w, xsum.data(), y, j0, j1, accumulate);
+          affine_cols_any<4>(xp.data(), m, k, w, xsum.data(), y, j0, j1, accumulate);
         else
-          affine_cols<8>(xp.data(), m, k, w, xsum.data(), y, j0, j1, accumulate);
+          affine_cols_any<8>(xp.data(), m, k, w, xsum.data(), y, j0, j1, accumulate);
+        if (epilogue) (*epilogue)(j0, j1);
       },
       grain);
+}
+
+void axpy_row(const Tensor& bt, int64_t row, float coef, int64_t c0, int64_t c1, float* u) {
+  const int64_t cols = bt.shape[1], n = c1 - c0;
+  const __m256 cv = _mm256_set1_ps(coef);
+  int64_t i = 0;
+  if (bt.dtype == DType::BF16) {
+    const auto* p = static_cast<const uint16_t*>(bt.data) + row * cols + c0;
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+      const __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      _mm256_storeu_ps(u + i, _mm256_fmadd_ps(cv, v, _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; ++i) u[i] = std::fma(coef, bf16_to_f32(p[i]), u[i]);
+  } else {
+    const float* p = static_cast<const float*>(bt.data) + row * cols + c0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(u + i, _mm256_fmadd_ps(cv, _mm256_loadu_ps(p + i), _mm256_loadu_ps(u + i)));
+    for (; i < n; ++i) u[i] = std::fma(coef, p[i], u[i]);
+  }
 }
 
 }  // namespace graft::runtime

@@ -28,12 +28,6 @@ void apply_rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const 
   }
 }
 
-void add_bias(float* y, const Tensor& bias, int64_t m, int64_t n) {
-  const float* b = bias.as<float>();
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < n; ++j) y[r * n + j] += b[j];
-}
-
 struct RowInfo {
   int64_t seq;  // index into the batch
   int64_t pos;  // absolute position in that sequence
@@ -52,37 +46,12 @@ Transformer::Transformer(const model::ModelConfig& config, const model::ModelWei
       fail("Transformer: an unfused adapter was built for a different model");
 }
 
-// y[rows, out] += s_row · ((x_rows · Aᵀ) · Bᵀ) for each term, on the rows that use this adapter.
-// The rows are gathered into one matrix so the two thin products run once per adapter, whatever
-// the number of sequences; the scale multiplies the finished product, as PEFT and mlx-lm do.
-void Transformer::add_lora_terms(ThreadPool& pool, const std::vector<LoraTerm>& terms, const AdapterRows& ar,
-                                 const float* x, int64_t in, float* y, int64_t out) {
-  if (terms.empty() || ar.rows.empty()) return;
-  const int64_t n = static_cast<int64_t>(ar.rows.size());
-  std::vector<float> gathered;
-  const float* xs = x;
-  const bool identity = ar.rows.front() == 0 && ar.rows.back() == n - 1;  // rows are ascending
-  if (!identity) {
-    gathered.resize(static_cast<size_t>(n * in));
-    for (int64_t i = 0; i < n; ++i) std::copy(x + ar.rows[i] * in, x + (ar.rows[i] + 1) * in, &gathered[i * in]);
-    xs = gathered.data();
-  }
-  std::vector<float> low, up;
-  for (const LoraTerm& t : terms) {
-    const int64_t r = t.a.shape[0], rows = t.b.shape[0];
-    low.resize(static_cast<size_t>(n * r));
-    up.resize(static_cast<size_t>(n * rows));
-    matmul(pool, xs, n, in, t.a, low.data());
-    matmul(pool, low.data(), n, r, t.b, up.data());
-    for (int64_t i = 0; i < n; ++i) {
-      const float s = t.scale * ar.scales[i];
-      float* yr = y + ar.rows[i] * out + t.row0;
-      const float* u = &up[i * rows];
-      for (int64_t c = 0; c < rows; ++c) yr[c] += s * u[c];
-    }
-  }
-}
-
+// Every projection goes through here: y[m, out] = x[m, in] · Wᵀ (+ bias) + the adapter terms
+// s_row · ((x_row · Aᵀ) · Bᵀ) of each adapter on the rows that use it. The thin down-projections
+// x·Aᵀ run first, once per adapter over its gathered rows (whatever the number of sequences); the
+// up-projections are applied by the worker that computed each block of output columns, right
+// after its base product and the bias (PEFT and mlx-lm add the term to the biased output), so
+// the adapter adds no pass over y and no extra thread dispatch.
 void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
                           const RowGroups& groups) {
   const model::LayerWeights* L = layer >= 0 ? &weights_.layers[layer] : nullptr;
@@ -98,14 +67,64 @@ void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const f
     case Projection::Down: w = &L->down; break;
     case Projection::LmHead: w = &weights_.lm_head; break;
   }
-  if (w->quantized())
-    matmul_affine(pool, x, m, w->cols, w->quant, y);
-  else
-    matmul(pool, x, m, w->cols, w->dense, y);
-  if (bias && bias->data) add_bias(y, *bias, m, w->rows);
+  const int64_t in = w->cols, out = w->rows;
+  const bool has_bias = bias && bias->data;
+
+  // Down-projections: low[i, :] = x[rows_i] · Aᵀ for each active term.
+  struct Active {
+    const LoraTerm* term;
+    const AdapterRows* rows;
+    std::vector<float> low;  // [rows, r]
+  };
+  std::vector<Active> active;
   const int64_t site = p == Projection::LmHead ? config_.num_layers : layer;
-  for (size_t a = 0; a < groups.size(); ++a)
-    add_lora_terms(pool, loras_->adapters[a]->at(site, p), groups[a], x, w->cols, y, w->rows);
+  std::vector<float> gathered;
+  for (size_t a = 0; a < groups.size(); ++a) {
+    const AdapterRows& ar = groups[a];
+    const auto& terms = loras_->adapters[a]->at(site, p);
+    if (terms.empty() || ar.rows.empty()) continue;
+    const int64_t n = static_cast<int64_t>(ar.rows.size());
+    const float* xs = x;
+    if (!(ar.rows.front() == 0 && ar.rows.back() == n - 1)) {  // not all rows, in order: gather
+      gathered.resize(static_cast<size_t>(n * in));
+      for (int64_t i = 0; i < n; ++i) std::copy(x + ar.rows[i] * in, x + (ar.rows[i] + 1) * in, &gathered[i * in]);
+      xs = gathered.data();
+    }
+    for (const LoraTerm& t : terms) {
+      Active act{&t, &ar, std::vector<float>(static_cast<size_t>(n * t.a.shape[0]))};
+      matmul(pool, xs, n, in, t.a, act.low.data());
+      active.push_back(std::move(act));
+    }
+  }
+
+  const ColumnEpilogue epilogue = [&](int64_t j0, int64_t j1) {
+    if (has_bias) {
+      const float* b = bias->as<float>();
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = j0; j < j1; ++j) y[r * out + j] += b[j];
+    }
+    std::vector<float> u;
+    for (const Active& act : active) {
+      const LoraTerm& t = *act.term;
+      const int64_t c0 = std::max(j0, t.row0), c1 = std::min(j1, t.row0 + t.bt.shape[1]);
+      if (c0 >= c1) continue;
+      const int64_t r = t.bt.shape[0];
+      u.resize(static_cast<size_t>(c1 - c0));
+      for (size_t i = 0; i < act.rows->rows.size(); ++i) {
+        // u = Σ_k low[i, k] · Bᵀ[k, c] (k ascending), then y += s · u.
+        std::fill(u.begin(), u.end(), 0.0f);
+        for (int64_t k = 0; k < r; ++k) axpy_row(t.bt, k, act.low[i * r + k], c0 - t.row0, c1 - t.row0, u.data());
+        const float s = t.scale * act.rows->scales[i];
+        float* yr = y + act.rows->rows[i] * out;
+        for (int64_t c = c0; c < c1; ++c) yr[c] += s * u[static_cast<size_t>(c - c0)];
+      }
+    }
+  };
+  const ColumnEpilogue* ep = (has_bias || !active.empty()) ? &epilogue : nullptr;
+  if (w->quantized())
+    matmul_affine(pool, x, m, in, w->quant, y, false, ep);
+  else
+    matmul(pool, x, m, in, w->dense, y, false, ep);
 }
 
 // Input rows: the embedding row of each token (dequantized when the embedding is quantized) plus

@@ -5,6 +5,7 @@
 // so results are bit-identical for any thread count and any m (a prefill row equals its decode).
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
@@ -12,11 +13,15 @@
 
 namespace graft::runtime {
 
+// Called by the worker that computed output columns [j0, j1) of every row, right after it did, so
+// per-column follow-up work (bias, adapter terms) runs in the same parallel pass on hot data.
+using ColumnEpilogue = std::function<void(int64_t j0, int64_t j1)>;
+
 // y[m, n] = x[m, k] · W[n, k]ᵀ (+ y if accumulate). W is a row-major [n, k] tensor in F32/F16/BF16.
 // m = 1 is decode (matrix-vector, bandwidth-bound); m > 1 is prefill (matrix-matrix, blocked so
 // each weight row is read once per block of activation rows).
 void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
-            bool accumulate = false);
+            bool accumulate = false, const ColumnEpilogue* epilogue = nullptr);
 
 // Plain scalar reference of the same contract (tests compare the fast path against it).
 void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
@@ -34,6 +39,10 @@ namespace graft::runtime {
 // This equals dequantize-then-matmul up to F32 rounding (the sums are regrouped). Every output
 // element is summed in one fixed order, so results do not depend on m or the thread count.
 void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const AffineQuantized& w, float* y,
-                   bool accumulate = false);
+                   bool accumulate = false, const ColumnEpilogue* epilogue = nullptr);
+
+// u[0, c1 - c0) += coef · bt[row, c0 .. c1) for an F32 or BF16 matrix bt (the adapter runtime's
+// Bᵀ rows), widening exactly.
+void axpy_row(const Tensor& bt, int64_t row, float coef, int64_t c0, int64_t c1, float* u);
 
 }  // namespace graft::runtime

@@ -23,8 +23,9 @@ inline constexpr int kProjections = 8;
 
 // One low-rank term on output rows [row0, row0 + B.rows) of a projection.
 struct LoraTerm {
-  Tensor a;  // [r, in]
-  Tensor b;  // [rows, r] (a row slice of the adapter's B when a fused projection was split)
+  Tensor a;   // [r, in]
+  Tensor b;   // [rows, r] (a row slice of the adapter's B when a fused projection was split)
+  Tensor bt;  // Bᵀ [r, rows] in B's dtype (F16 widened to F32): the up-projection as r axpys
   int64_t row0 = 0;
   float scale = 1.0f;  // the adapter's own scale (alpha/r, mlx scale); the user's multiplies it
 };

@@ -48,8 +48,6 @@ class Transformer {
   // Every projection goes through here: y[m, out] = x[m, in] · Wᵀ (+ bias) + the adapter terms.
   void project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
                const RowGroups& groups);
-  void add_lora_terms(ThreadPool& pool, const std::vector<LoraTerm>& terms, const AdapterRows& rows, const float* x,
-                      int64_t in, float* y, int64_t out);
   void embed_rows(std::span<const SequenceInput> batch, float* x, const RowGroups& groups);
   void attention(ThreadPool& pool, int64_t layer, std::span<const SequenceInput> batch, const float* q,
                  float* out);
