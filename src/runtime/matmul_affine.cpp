@@ -188,24 +188,39 @@ void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const
       grain);
 }
 
-void axpy_row(const Tensor& bt, int64_t row, float coef, int64_t c0, int64_t c1, float* u) {
-  const int64_t cols = bt.shape[1], n = c1 - c0;
-  const __m256 cv = _mm256_set1_ps(coef);
-  int64_t i = 0;
-  if (bt.dtype == DType::BF16) {
-    const auto* p = static_cast<const uint16_t*>(bt.data) + row * cols + c0;
-    for (; i + 8 <= n; i += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
-      const __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-      _mm256_storeu_ps(u + i, _mm256_fmadd_ps(cv, v, _mm256_loadu_ps(u + i)));
-    }
-    for (; i < n; ++i) u[i] = std::fma(coef, bf16_to_f32(p[i]), u[i]);
-  } else {
-    const float* p = static_cast<const float*>(bt.data) + row * cols + c0;
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(u + i, _mm256_fmadd_ps(cv, _mm256_loadu_ps(p + i), _mm256_loadu_ps(u + i)));
-    for (; i < n; ++i) u[i] = std::fma(coef, p[i], u[i]);
+namespace {
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
+
+template <class T>
+void lora_up_add_t(const T* bt, int64_t cols, int64_t r, const float* low, float s, int64_t c0, int64_t c1, float* y) {
+  const __m256 sv = _mm256_set1_ps(s);
+  int64_t c = c0;
+  for (; c + 8 <= c1; c += 8) {  // eight columns' sums stay in one register across all k
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t k = 0; k < r; ++k) acc = _mm256_fmadd_ps(_mm256_set1_ps(low[k]), load8(bt + k * cols + c), acc);
+    float* yc = y + (c - c0);
+    _mm256_storeu_ps(yc, _mm256_add_ps(_mm256_loadu_ps(yc), _mm256_mul_ps(sv, acc)));
   }
+  for (; c < c1; ++c) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < r; ++k) acc = std::fma(low[k], load1(bt + k * cols + c), acc);
+    y[c - c0] += s * acc;
+  }
+}
+}  // namespace
+
+void lora_up_add(const Tensor& bt, const float* low, float s, int64_t c0, int64_t c1, float* y) {
+  const int64_t r = bt.shape[0], cols = bt.shape[1];
+  if (bt.dtype == DType::BF16)
+    lora_up_add_t(static_cast<const uint16_t*>(bt.data), cols, r, low, s, c0, c1, y);
+  else
+    lora_up_add_t(static_cast<const float*>(bt.data), cols, r, low, s, c0, c1, y);
 }
 
 }  // namespace graft::runtime

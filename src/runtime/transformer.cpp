@@ -103,21 +103,14 @@ void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const f
       for (int64_t r = 0; r < m; ++r)
         for (int64_t j = j0; j < j1; ++j) y[r * out + j] += b[j];
     }
-    std::vector<float> u;
     for (const Active& act : active) {
       const LoraTerm& t = *act.term;
       const int64_t c0 = std::max(j0, t.row0), c1 = std::min(j1, t.row0 + t.bt.shape[1]);
       if (c0 >= c1) continue;
       const int64_t r = t.bt.shape[0];
-      u.resize(static_cast<size_t>(c1 - c0));
-      for (size_t i = 0; i < act.rows->rows.size(); ++i) {
-        // u = Σ_k low[i, k] · Bᵀ[k, c] (k ascending), then y += s · u.
-        std::fill(u.begin(), u.end(), 0.0f);
-        for (int64_t k = 0; k < r; ++k) axpy_row(t.bt, k, act.low[i * r + k], c0 - t.row0, c1 - t.row0, u.data());
-        const float s = t.scale * act.rows->scales[i];
-        float* yr = y + act.rows->rows[i] * out;
-        for (int64_t c = c0; c < c1; ++c) yr[c] += s * u[static_cast<size_t>(c - c0)];
-      }
+      for (size_t i = 0; i < act.rows->rows.size(); ++i)
+        lora_up_add(t.bt, &act.low[i * r], t.scale * act.rows->scales[i], c0 - t.row0, c1 - t.row0,
+                    y + act.rows->rows[i] * out + c0);
     }
   };
   const ColumnEpilogue* ep = (has_bias || !active.empty()) ? &epilogue : nullptr;

@@ -41,8 +41,9 @@ namespace graft::runtime {
 void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const AffineQuantized& w, float* y,
                    bool accumulate = false, const ColumnEpilogue* epilogue = nullptr);
 
-// u[0, c1 - c0) += coef · bt[row, c0 .. c1) for an F32 or BF16 matrix bt (the adapter runtime's
-// Bᵀ rows), widening exactly.
-void axpy_row(const Tensor& bt, int64_t row, float coef, int64_t c0, int64_t c1, float* u);
+// The up-projection of an unfused adapter term on output columns [c0, c1):
+//   y[c - c0] += s · Σ_k low[k] · bt[k, c]   (k ascending, one F32 sum per column, then scaled)
+// bt = Bᵀ [r, cols] in F32 or BF16 (widened exactly), low = the row's down-projection [r].
+void lora_up_add(const Tensor& bt, const float* low, float s, int64_t c0, int64_t c1, float* y);
 
 }  // namespace graft::runtime
