@@ -29,6 +29,7 @@ struct GenerateArgs {
   std::vector<std::string> adapters, adapters_scaled, loras, loras_scaled;
   std::string merge_policy = "DeltaF32";
   bool fuse_requantize = false;
+  bool no_mmap = false;
   int q_bits = 0;
   int q_group_size = 64;
 };
@@ -75,6 +76,7 @@ int run_generate(const GenerateArgs& a) {
       check_affine_params(a.q_bits, a.q_group_size, a.q_group_size, "--q-bits/--q-group-size");
       opts.quantize = model::QuantSpec{a.q_bits, a.q_group_size};
     }
+    opts.copy_weights = a.no_mmap;
     opts.fused_adapters = fused;
     opts.merge_policy = policy;
     opts.fuse_requantize = a.fuse_requantize;
@@ -184,6 +186,9 @@ Runner add_generate_command(CLI::App& app) {
   app.add_flag("--fuse-requantize", a->fuse_requantize,
                "Allow fusing into an mlx-lm quantized checkpoint: dequantize, merge, quantize again (loses deltas "
                "smaller than a quantization step; --lora keeps them)");
+  app.add_flag("--no-mmap", a->no_mmap,
+               "Copy the weights into process memory instead of streaming them from the file mapping (faster "
+               "decode: huge pages; the mapping's pages are released as each matrix is copied)");
   app.add_option("--q-bits", a->q_bits,
                  "Quantize dense weights at load to 4 or 8 bits (mlx affine, as graft quantize; fused adapters are "
                  "merged first)");

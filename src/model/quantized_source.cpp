@@ -91,6 +91,14 @@ QuantSpec QuantizedCheckpointSource::spec(const std::string& weight_name) const 
   return it->second.spec;
 }
 
+void QuantizedCheckpointSource::release(const std::string& name) const {
+  raw_->release(name);
+  auto it = modules_.find(name);
+  if (it == modules_.end()) return;
+  raw_->release(it->second.stem + ".scales");
+  raw_->release(it->second.stem + ".biases");
+}
+
 DType QuantizedCheckpointSource::scale_dtype(const std::string& weight_name) const {
   auto it = modules_.find(weight_name);
   if (it == modules_.end()) fail(raw_->describe(), ": '", weight_name, "' is not quantized");

@@ -42,7 +42,12 @@ struct Loader {
   }
 };
 
-Matrix read_matrix(const io::TensorSource& s, const std::string& name, const WeightLoadOptions& o) {
+Tensor owned_copy(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  return Tensor::owned(t.dtype, t.shape, std::vector<uint8_t>(p, p + t.nbytes()));
+}
+
+Matrix read_matrix_stored(const io::TensorSource& s, const std::string& name, const WeightLoadOptions& o) {
   if (o.quantized && o.quantized->is_quantized(name)) {
     if (!o.requantize.count(name)) return Matrix::of(o.quantized->quantized(name));
     const QuantSpec spec = o.quantized->spec(name);
@@ -53,6 +58,23 @@ Matrix read_matrix(const io::TensorSource& s, const std::string& name, const Wei
   if (o.quantize && t.shape.size() == 2 && t.shape[1] % o.quantize->group_size == 0)
     return Matrix::of(quantize_affine(t, o.quantize->bits, o.quantize->group_size, t.dtype));
   return Matrix::of(t);
+}
+
+// With copy_weights, every matrix still backed by the source's storage gets its own memory and the
+// source may drop its pages: anonymous memory streams faster at decode (huge pages, fewer TLB
+// misses) than a 4 KiB-page file mapping.
+Matrix read_matrix(const io::TensorSource& s, const std::string& name, const WeightLoadOptions& o) {
+  Matrix m = read_matrix_stored(s, name, o);
+  if (!o.copy_weights) return m;
+  if (m.quantized()) {
+    m.quant.packed = owned_copy(m.quant.packed);
+    m.quant.scales = owned_copy(m.quant.scales);
+    m.quant.biases = owned_copy(m.quant.biases);
+  } else if (m.dense.data == s.read(name).data) {
+    m.dense = owned_copy(m.dense);
+  }
+  s.release(name);
+  return m;
 }
 
 Tensor read_vector_f32(const io::TensorSource& s, const std::string& name) { return to_f32(s.read(name)); }

@@ -205,3 +205,31 @@ TEST(LoraRuntime, RefusesWhatHasNoLowRankFormAndBadScales) {
 
 }  // namespace
 }  // namespace graft::runtime
+
+namespace graft::runtime {
+namespace {
+
+// --no-mmap (LoadOptions::copy_weights) moves the weights, never changes them: dense, fused and
+// quantized models give the same bits as from the mapping.
+TEST(LoraRuntime, CopiedWeightsGiveIdenticalLogits) {
+  for (const char* dir : {"models/llama_bf16", "models/qwen2_f32", "mlx_quant/models/qwen3_f32_q4g64"}) {
+    model::LoadOptions copy;
+    copy.copy_weights = true;
+    model::LoadedModel mapped = model::load_model(test::fixture(dir)), owned = model::load_model(test::fixture(dir), copy);
+    EXPECT_NE(owned.weights.layers[0].o.nbytes(), 0);
+    const auto a = logits(mapped, nullptr, {}), b = logits(owned, nullptr, {});
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << dir;
+  }
+  auto a = read("adapters/peft_lora");
+  model::LoadOptions o;
+  o.copy_weights = true;
+  o.fused_adapters = {{a, 1.0f}};
+  const auto copied = logits(model::load_model(test::fixture("models/llama_f32"), o), nullptr, {});
+  o.copy_weights = false;
+  const auto mapped = logits(model::load_model(test::fixture("models/llama_f32"), o), nullptr, {});
+  EXPECT_EQ(std::memcmp(copied.data(), mapped.data(), copied.size() * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace graft::runtime

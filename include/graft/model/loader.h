@@ -34,6 +34,7 @@ struct LoadOptions {
   LoadProgress progress;
   std::optional<DType> weight_dtype;  // convert matrices at load (e.g. BF16 to halve bandwidth)
   std::optional<QuantSpec> quantize;  // quantize dense matrices at load (mlx affine), after fusing
+  bool copy_weights = false;          // --no-mmap: weights in process memory, not the file mapping
   // Adapters fused into the weights at load through the overlay source: each adapted tensor is
   // materialized once (base + updates, in the base dtype) as the loader reads it; nothing else is
   // copied. Every adapter is bound and checked before any weight is read.

@@ -23,7 +23,7 @@ class QuantizedCheckpointSource : public io::TensorSource {
   std::optional<io::TensorInfo> info(const std::string& name) const override;
   Tensor read(const std::string& name) const override;
   std::string describe() const override { return raw_->describe(); }
-  void release(const std::string& name) const override { raw_->release(name); }
+  void release(const std::string& name) const override;
 
   // Whether `weight_name` ("<m>.weight") is stored quantized, and its packed form.
   bool is_quantized(const std::string& weight_name) const { return modules_.count(weight_name) != 0; }

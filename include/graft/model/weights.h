@@ -64,6 +64,8 @@ struct WeightLoadOptions {
   // same bits as graft quantize / mlx_lm.convert -q; scales in the weight's dtype after
   // weight_dtype).
   std::optional<QuantSpec> quantize;
+  // Copy matrices out of the file mapping into the process's own memory (--no-mmap).
+  bool copy_weights = false;
 };
 
 // Reads and validates every tensor the config calls for: presence, dtype, shape. All problems are
