@@ -78,6 +78,13 @@ def main():
         "unfused rank-16 adapter, BF16 factors": g(base, "--lora", peft_bf16),
         "4-bit g64 base": g(q4),
         "4-bit g64 base + unfused adapter": g(q4, "--lora", peft_dir),
+        # --no-mmap: every configuration's weights in anonymous memory, so base, fused and unfused
+        # stream from the same kind of pages.
+        "base BF16 --no-mmap": g(base, "--no-mmap"),
+        "fused rank-16 adapter --no-mmap": g(base, "--adapter", peft_dir, "--no-mmap"),
+        "unfused rank-16 adapter --no-mmap": g(base, "--lora", peft_dir, "--no-mmap"),
+        "unfused, BF16 factors --no-mmap": g(base, "--lora", peft_bf16, "--no-mmap"),
+        "4-bit g64 base --no-mmap": g(q4, "--no-mmap"),
     }
     if not a.no_mlx:
         configs.update({
@@ -101,6 +108,11 @@ def main():
     print(f"unfused / fused: {best['unfused rank-16 adapter'] / best['fused rank-16 adapter']:.3f} (F32 factors), "
           f"{best['unfused rank-16 adapter, BF16 factors'] / best['fused rank-16 adapter, BF16 factors']:.3f} (BF16 factors); "
           f"4-bit / BF16: {best['4-bit g64 base'] / ref:.2f}x")
+    f = best["fused rank-16 adapter --no-mmap"]
+    print(f"--no-mmap: unfused / fused {best['unfused rank-16 adapter --no-mmap'] / f:.3f} (F32 factors), "
+          f"{best['unfused, BF16 factors --no-mmap'] / f:.3f} (BF16 factors); fused / base "
+          f"{f / best['base BF16 --no-mmap']:.3f}; 4-bit / BF16 "
+          f"{best['4-bit g64 base --no-mmap'] / best['base BF16 --no-mmap']:.2f}x")
 
 
 if __name__ == "__main__":
