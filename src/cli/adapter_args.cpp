@@ -56,6 +56,14 @@ std::vector<std::string> split_adapter_list(const std::vector<std::string>& valu
   return out;
 }
 
+std::optional<DType> parse_float_dtype(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  if (value == "f32" || value == "F32") return DType::F32;
+  if (value == "f16" || value == "F16") return DType::F16;
+  if (value == "bf16" || value == "BF16") return DType::BF16;
+  fail("--dtype '", value, "' is not one of F32, F16, BF16");
+}
+
 std::vector<adapter::AdapterUse> read_adapters(const std::vector<AdapterArg>& args) {
   std::vector<adapter::AdapterUse> uses;
   for (const auto& a : args)

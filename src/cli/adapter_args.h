@@ -1,5 +1,6 @@
 // Parsing of adapter arguments shared by the subcommands: "DIR" or "DIR:SCALE".
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ AdapterArg parse_scaled_adapter_arg(const std::string& arg);
 
 // The entries of comma-separated list options ("a,b" and repeated flags alike), empty ones refused.
 std::vector<std::string> split_adapter_list(const std::vector<std::string>& values, const char* option);
+
+// A --dtype value: F32 | F16 | BF16 (either case); empty gives nullopt; anything else is an error.
+std::optional<DType> parse_float_dtype(const std::string& value);
 
 // Reads every adapter (import errors name the file) into uses for bind_weight_adapter.
 std::vector<adapter::AdapterUse> read_adapters(const std::vector<AdapterArg>& args);

@@ -66,12 +66,7 @@ int run_generate(const GenerateArgs& a) {
     ProgressBar bar("loading");
     model::LoadOptions opts;
     opts.progress = [&](int64_t d, int64_t t) { bar.update(d, t); };
-    if (!a.dtype.empty()) {
-      if (a.dtype == "f32" || a.dtype == "F32") opts.weight_dtype = DType::F32;
-      else if (a.dtype == "f16" || a.dtype == "F16") opts.weight_dtype = DType::F16;
-      else if (a.dtype == "bf16" || a.dtype == "BF16") opts.weight_dtype = DType::BF16;
-      else fail("--dtype '", a.dtype, "' is not one of F32, F16, BF16");
-    }
+    opts.weight_dtype = parse_float_dtype(a.dtype);
     if (a.q_bits != 0) {
       check_affine_params(a.q_bits, a.q_group_size, a.q_group_size, "--q-bits/--q-group-size");
       opts.quantize = model::QuantSpec{a.q_bits, a.q_group_size};

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cli/adapter_args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "graft/core/error.h"
@@ -23,12 +24,7 @@ int run_quantize(const QuantizeArgs& a) {
   model::QuantizeOptions o;
   o.bits = a.bits;
   o.group_size = a.group_size;
-  if (!a.dtype.empty()) {
-    if (a.dtype == "f32" || a.dtype == "F32") o.dtype = DType::F32;
-    else if (a.dtype == "f16" || a.dtype == "F16") o.dtype = DType::F16;
-    else if (a.dtype == "bf16" || a.dtype == "BF16") o.dtype = DType::BF16;
-    else fail("--dtype '", a.dtype, "' is not one of F32, F16, BF16");
-  }
+  o.dtype = parse_float_dtype(a.dtype);
   ProgressBar bar("quantizing");
   o.progress = [&](int64_t d, int64_t t) { bar.update(d, t); };
   const model::QuantizeResult r = model::quantize_checkpoint(a.model, a.out, o);

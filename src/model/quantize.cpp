@@ -21,9 +21,6 @@ using nlohmann::json;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The dense checkpoint seen as its quantized form. Each quantized module's three tensors come from
 // one quantization, kept until another module is asked for (the writer asks for them in turn).
@@ -86,7 +83,7 @@ class QuantizingSource : public io::TensorSource {
     if (modules_.count(name)) return {name, "weight"};
     for (const char* part : {"scales", "biases"}) {
       const std::string suffix = std::string(".") + part;
-      if (ends_with(name, suffix)) {
+      if (name.ends_with(suffix)) {
         const std::string w = name.substr(0, name.size() - suffix.size()) + ".weight";
         if (modules_.count(w)) return {w, part};
       }

@@ -7,18 +7,12 @@
 
 namespace graft::model {
 
-namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-}  // namespace
-
 QuantizedCheckpointSource::QuantizedCheckpointSource(std::shared_ptr<const io::TensorSource> raw,
                                                      const QuantizationConfig& config)
     : raw_(std::move(raw)) {
   std::vector<std::string> problems;
   for (const auto& name : raw_->names()) {
-    if (!ends_with(name, ".scales")) continue;
+    if (!name.ends_with(".scales")) continue;
     const std::string stem = name.substr(0, name.size() - 7);
     const std::string weight = stem + ".weight";
     auto spec = config.spec_for(stem);
@@ -62,8 +56,8 @@ QuantizedCheckpointSource::QuantizedCheckpointSource(std::shared_ptr<const io::T
 std::vector<std::string> QuantizedCheckpointSource::names() const {
   std::vector<std::string> out;
   for (const auto& n : raw_->names()) {
-    if (ends_with(n, ".scales") && modules_.count(n.substr(0, n.size() - 7) + ".weight")) continue;
-    if (ends_with(n, ".biases") && modules_.count(n.substr(0, n.size() - 7) + ".weight")) continue;
+    if (n.ends_with(".scales") && modules_.count(n.substr(0, n.size() - 7) + ".weight")) continue;
+    if (n.ends_with(".biases") && modules_.count(n.substr(0, n.size() - 7) + ".weight")) continue;
     out.push_back(n);
   }
   return out;
@@ -73,7 +67,7 @@ std::optional<io::TensorInfo> QuantizedCheckpointSource::info(const std::string&
   auto it = modules_.find(name);
   if (it != modules_.end()) return io::TensorInfo{DType::F32, {it->second.rows, it->second.cols}};
   for (const char* suffix : {".scales", ".biases"})
-    if (ends_with(name, suffix) && modules_.count(name.substr(0, name.size() - 7) + ".weight")) return std::nullopt;
+    if (name.ends_with(suffix) && modules_.count(name.substr(0, name.size() - 7) + ".weight")) return std::nullopt;
   return raw_->info(name);
 }
 
