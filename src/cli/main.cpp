@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "graft 0.1.0");
   std::map<CLI::App*, graft::cli::Runner> runners;
+  auto* serve = app.add_subcommand("serve", "Serve the model over HTTP (llama-server compatible, live LoRA scales)");
+  runners[serve] = graft::cli::add_serve_command(*serve);
   auto* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it to stdout");
   runners[gen] = graft::cli::add_generate_command(*gen);
   auto* inspect = app.add_subcommand("inspect", "Show what an adapter contains and, with --base, what it changes");

@@ -81,7 +81,7 @@ void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const f
   std::vector<float> gathered;
   for (size_t a = 0; a < groups.size(); ++a) {
     const AdapterRows& ar = groups[a];
-    const auto& terms = loras_->adapters[a]->at(site, p);
+    const auto& terms = groups.adapter(a).at(site, p);
     if (terms.empty() || ar.rows.empty()) continue;
     const int64_t n = static_cast<int64_t>(ar.rows.size());
     const float* xs = x;
@@ -139,7 +139,7 @@ void Transformer::embed_rows(std::span<const SequenceInput> batch, float* x, con
   for (const auto& s : batch) ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
   std::vector<float> brow, arow;
   for (size_t a = 0; a < groups.size(); ++a) {
-    for (const LoraTerm& t : loras_->adapters[a]->embed) {
+    for (const LoraTerm& t : groups.adapter(a).embed) {
       const int64_t rank = t.a.shape[0];
       brow.resize(static_cast<size_t>(rank));
       arow.resize(static_cast<size_t>(H));
@@ -200,6 +200,10 @@ void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const Seq
 }
 
 std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const SequenceInput> batch) {
+  return forward(pool, batch, *loras_);
+}
+
+std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const SequenceInput> batch, const LoraSet& loras) {
   const model::ModelConfig& c = config_;
   const int64_t H = c.hidden_size, QD = c.q_dim(), KVD = c.kv_dim(), F = c.intermediate_size;
 
@@ -213,13 +217,16 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     if (s.cache->size() + static_cast<int64_t>(s.tokens.size()) > s.cache->capacity())
       fail("context full: ", s.cache->size(), " cached + ", s.tokens.size(), " new tokens exceed the context size ",
            s.cache->capacity());
-    if (!s.lora_scales.empty() && s.lora_scales.size() != loras_->size())
-      fail("forward: a sequence gives ", s.lora_scales.size(), " adapter scales but ", loras_->size(),
+    if (!s.lora_scales.empty() && s.lora_scales.size() != loras.size())
+      fail("forward: a sequence gives ", s.lora_scales.size(), " adapter scales but ", loras.size(),
            " unfused adapter(s) are loaded");
     for (float v : s.lora_scales)
       if (!std::isfinite(v)) fail("forward: adapter scale ", v, " is not finite");
     T += static_cast<int64_t>(s.tokens.size());
   }
+  for (const auto& a : loras.adapters)
+    if (!a || a->terms.size() != static_cast<size_t>(c.num_layers + 1))
+      fail("forward: an unfused adapter was built for a different model");
   for (const auto& s : batch) s.cache->reserve_more(static_cast<int64_t>(s.tokens.size()));
 
   std::vector<float> x(T * H), xn(T * H), q(T * QD), k(T * KVD), v(T * KVD), att(T * QD), tmp(T * H);
@@ -231,14 +238,14 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
       rows.push_back({static_cast<int64_t>(s), batch[s].cache->size() + static_cast<int64_t>(t)});
   // Rows per adapter (only those with a non-zero scale), for the token matrix.
   auto group_rows = [&](const std::vector<int64_t>& seq_of_row) {
-    RowGroups g(loras_->size());
+    RowGroups g{&loras, std::vector<AdapterRows>(loras.size())};
     for (size_t a = 0; a < g.size(); ++a)
       for (size_t r = 0; r < seq_of_row.size(); ++r) {
         const auto& sc = batch[static_cast<size_t>(seq_of_row[r])].lora_scales;
         const float v = sc.empty() ? 0.0f : sc[a];
         if (v != 0.0f) {
-          g[a].rows.push_back(static_cast<int64_t>(r));
-          g[a].scales.push_back(v);
+          g.by_adapter[a].rows.push_back(static_cast<int64_t>(r));
+          g.by_adapter[a].scales.push_back(v);
         }
       }
     return g;
@@ -297,10 +304,12 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     int64_t r = 0;
     for (const auto& s : batch) {
       const int64_t n = static_cast<int64_t>(s.tokens.size());
-      if (s.all_logits)
+      if (!s.want_logits) {
+      } else if (s.all_logits) {
         for (int64_t t = 0; t < n; ++t) out_rows.push_back(r + t);
-      else
+      } else {
         out_rows.push_back(r + n - 1);
+      }
       r += n;
     }
   }
@@ -310,7 +319,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   std::vector<float> logits(R * c.vocab_size);
   std::vector<int64_t> seq_of_out;
   for (int64_t r : out_rows) seq_of_out.push_back(seq_of_row[static_cast<size_t>(r)]);
-  project(pool, -1, Projection::LmHead, hn.data(), R, logits.data(), group_rows(seq_of_out));
+  if (R > 0) project(pool, -1, Projection::LmHead, hn.data(), R, logits.data(), group_rows(seq_of_out));
   for (const auto& s : batch) s.cache->advance(static_cast<int64_t>(s.tokens.size()));
   return logits;
 }

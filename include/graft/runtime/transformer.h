@@ -22,6 +22,8 @@ struct SequenceInput {
   // Read at every forward pass, so a scale changed between tokens applies to the next one.
   // Scale 0 does no work for that adapter: the output is bit-identical to the base model's.
   std::span<const float> lora_scales;
+  // False: no logits row at all (a prefill chunk that does not end the prompt skips the head).
+  bool want_logits = true;
 };
 
 class Transformer {
@@ -30,9 +32,13 @@ class Transformer {
               std::shared_ptr<const LoraSet> loras = nullptr);
 
   // Runs the batch; returns logits rows [rows, vocab] in sequence order (per sequence: one row, or
-  // one per token when all_logits). Advances each cache by its token count. Throws before
-  // touching any cache if a token id is out of range or a context would overflow.
+  // one per token when all_logits, none when !want_logits). Advances each cache by its token
+  // count. Throws before touching any cache if a token id is out of range or a context would
+  // overflow. The unfused adapters are the constructor's set.
   std::vector<float> forward(ThreadPool& pool, std::span<const SequenceInput> batch);
+  // The same with the adapter set given per call (an engine's registry owns it, so adapters can
+  // change between passes); lora_scales index into `loras`.
+  std::vector<float> forward(ThreadPool& pool, std::span<const SequenceInput> batch, const LoraSet& loras);
 
   const model::ModelConfig& config() const { return config_; }
   const LoraSet& loras() const { return *loras_; }
@@ -44,7 +50,14 @@ class Transformer {
     std::vector<int64_t> rows;
     std::vector<float> scales;
   };
-  using RowGroups = std::vector<AdapterRows>;  // by adapter index; empty rows: adapter unused
+  // By adapter index of `set`; empty rows: adapter unused in this pass.
+  struct RowGroups {
+    const LoraSet* set = nullptr;
+    std::vector<AdapterRows> by_adapter;
+    size_t size() const { return by_adapter.size(); }
+    const AdapterRows& operator[](size_t a) const { return by_adapter[a]; }
+    const LoraAdapter& adapter(size_t a) const { return *set->adapters[a]; }
+  };
   // Every projection goes through here: y[m, out] = x[m, in] · Wᵀ (+ bias) + the adapter terms.
   void project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
                const RowGroups& groups);

@@ -17,12 +17,16 @@
 
 #include "graft/io/safetensors.h"
 #include "graft/model/loader.h"
-#include "graft/runtime/generator.h"
+#include "graft/engine/generate.h"
 #include "graft/runtime/transformer.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
 namespace {
+
+using engine::generate;
+using engine::GenerateOptions;
+using engine::GenerateResult;
 
 namespace fs = std::filesystem;
 using nlohmann::json;

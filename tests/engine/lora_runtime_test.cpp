@@ -18,13 +18,17 @@
 #include "graft/adapter/weight_adapter.h"
 #include "graft/core/error.h"
 #include "graft/model/loader.h"
-#include "graft/runtime/generator.h"
+#include "graft/engine/generate.h"
 #include "graft/runtime/lora.h"
 #include "graft/runtime/transformer.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
 namespace {
+
+using engine::generate;
+using engine::GenerateOptions;
+using engine::GenerateResult;
 
 using adapter::AdapterUse;
 

@@ -18,14 +18,18 @@
 
 #include "graft/adapter/weight_adapter.h"
 #include "graft/io/safetensors.h"
-#include "run_util.h"
+#include "runtime/run_util.h"
 #include "graft/model/loader.h"
-#include "graft/runtime/generator.h"
+#include "graft/engine/generate.h"
 #include "graft/runtime/lora.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
 namespace {
+
+using engine::generate;
+using engine::GenerateOptions;
+using engine::GenerateResult;
 
 namespace fs = std::filesystem;
 

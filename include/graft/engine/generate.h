@@ -1,6 +1,5 @@
-// The generation loop for one sequence: prefill the prompt as one matrix pass, then decode one
-// token at a time, streaming text as complete UTF-8, until EOS, a stop string, max_tokens or the
-// context size.
+// One sequence to completion: what `graft generate` and the reference tests run. It is the same
+// Sequence and the same batching step the server runs, with a batch of one.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -8,18 +7,14 @@
 #include <string_view>
 #include <vector>
 
-#include "graft/runtime/sampler.h"
+#include "graft/engine/sequence.h"
 #include "graft/runtime/transformer.h"
-#include "graft/text/tokenizer.h"
 
-namespace graft::runtime {
-
-enum class StopReason { Eos, StopString, MaxTokens, ContextFull, Callback };
-const char* stop_reason_name(StopReason r);
+namespace graft::engine {
 
 struct GenerateOptions {
   int64_t max_tokens = 256;  // < 0: until EOS or the context is full
-  SamplingParams sampling;
+  runtime::SamplingParams sampling;
   std::vector<std::string> stop;       // stop strings (not included in the output)
   std::vector<int32_t> eos_ids;        // generation stops at any of these (not emitted)
   std::vector<float> lora_scales;      // one per unfused adapter of the model (empty: all 0)
@@ -40,8 +35,9 @@ struct GenerateResult {
 using TextCallback = std::function<bool(std::string_view)>;
 
 // The prompt must fit the cache with room for one generated token; else an error before any work.
-GenerateResult generate(ThreadPool& pool, Transformer& model, const text::Tokenizer& tokenizer, KVCache& cache,
-                        const std::vector<int32_t>& prompt, const GenerateOptions& options,
+// The whole prompt is evaluated in one pass. The adapters are the transformer's own set.
+GenerateResult generate(runtime::ThreadPool& pool, runtime::Transformer& model, const text::Tokenizer& tokenizer,
+                        runtime::KVCache& cache, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                         const TextCallback& on_text = nullptr);
 
-}  // namespace graft::runtime
+}  // namespace graft::engine

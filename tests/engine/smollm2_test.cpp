@@ -9,11 +9,15 @@
 #include <nlohmann/json.hpp>
 
 #include "graft/model/loader.h"
-#include "graft/runtime/generator.h"
+#include "graft/engine/generate.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
 namespace {
+
+using engine::generate;
+using engine::GenerateOptions;
+using engine::GenerateResult;
 
 TEST(SmolLM2, GreedyTokensMatchTransformers) {
   if (!std::filesystem::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";

@@ -1,0 +1,76 @@
+#include "cli/model_args.h"
+
+#include <cstdio>
+
+#include "cli/progress.h"
+#include "graft/core/affine_quant.h"
+#include "graft/core/error.h"
+
+namespace graft::cli {
+
+void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help) {
+  app.add_option("-m,--model", a.model, "Model: a Hugging Face directory (config.json, *.safetensors, tokenizer.json) or a .gguf file")
+      ->required();
+  app.add_option("--dtype", a.dtype,
+                 "Convert weight matrices at load: F32 | F16 | BF16 (default: as stored; GGUF block types become F32)");
+  app.add_option("--merge-policy", a.merge_policy, "Fusing arithmetic: DeltaF32 | RankWiseF32 | RoundedBF16Delta")
+      ->capture_default_str();
+  app.add_flag("--fuse-requantize", a.fuse_requantize,
+               "Allow fusing into an mlx-lm quantized checkpoint: dequantize, merge, quantize again (loses deltas "
+               "smaller than a quantization step; --lora keeps them)");
+  app.add_flag("--no-mmap", a.no_mmap,
+               "Copy the weights into process memory instead of streaming them from the file mapping (faster "
+               "decode: huge pages; the mapping's pages are released as each matrix is copied)");
+  app.add_option("--q-bits", a.q_bits,
+                 "Quantize dense weights at load to 4 or 8 bits (mlx affine, as graft quantize; fused adapters are "
+                 "merged first)");
+  app.add_option("--q-group-size", a.q_group_size, "Group size for --q-bits: 32 | 64 | 128")->capture_default_str();
+  app.add_option("-t,--threads", a.threads, "Worker threads (0 = all cores)")->capture_default_str();
+  app.add_option("-c,--ctx-size", a.ctx_size, ctx_help)->capture_default_str();
+}
+
+std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,
+                                     const std::vector<std::string>& scaled, const char* scaled_opt) {
+  std::vector<AdapterArg> out;
+  for (const auto& p : split_adapter_list(plain, plain_opt)) out.push_back({p, 1.0f});
+  for (const auto& p : split_adapter_list(scaled, scaled_opt)) out.push_back(parse_scaled_adapter_arg(p));
+  return out;
+}
+
+engine::EngineOptions engine_options(const ModelArgs& a) {
+  engine::EngineOptions o;
+  o.model = a.model;
+  o.threads = a.threads;
+  if (a.ctx_size < 0) fail_as(ErrorKind::kBadRequest, "--ctx-size must be >= 0 (0: the default), got ", a.ctx_size);
+  auto bar = std::make_shared<ProgressBar>("loading");
+  o.load.progress = [bar](int64_t d, int64_t t) { bar->update(d, t); };
+  o.load.weight_dtype = parse_float_dtype(a.dtype);
+  if (a.q_bits != 0) {
+    check_affine_params(a.q_bits, a.q_group_size, a.q_group_size, "--q-bits/--q-group-size");
+    o.load.quantize = model::QuantSpec{a.q_bits, a.q_group_size};
+  }
+  o.load.copy_weights = a.no_mmap;
+  o.load.merge_policy = adapter::parse_merge_policy(a.merge_policy);
+  o.load.fuse_requantize = a.fuse_requantize;
+  return o;
+}
+
+void report_adapters(engine::Engine& e, const engine::EngineOptions& o) {
+  const model::LoadedModel& m = e.model();
+  if (m.fused) {
+    std::fprintf(stderr, "fused %zu adapter(s) into %zu tensor(s) with %s\n", m.fused->adapters.size(),
+                 m.fused->updates.size(), adapter::policy_name(o.load.merge_policy));
+    if (o.load.fuse_requantize && m.quantized)
+      std::fprintf(stderr,
+                   "warning: --fuse-requantize: adapted weights were dequantized, merged and quantized again; "
+                   "deltas smaller than a quantization step are lost (apply the adapter with --lora to keep them)\n");
+  }
+  const runtime::LoraSet& set = e.adapters().set();
+  if (set.size() > 0) {
+    int64_t terms = 0;
+    for (const auto& ad : set.adapters) terms += ad->term_count;
+    std::fprintf(stderr, "unfused: %zu adapter(s), %lld low-rank term(s)\n", set.size(), static_cast<long long>(terms));
+  }
+}
+
+}  // namespace graft::cli

@@ -1,0 +1,40 @@
+// The options every command that runs a model shares (generate, serve): one grammar, one place.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cli/adapter_args.h"
+#include "graft/engine/engine.h"
+
+namespace graft::cli {
+
+struct ModelArgs {
+  std::string model;
+  std::string dtype;
+  int q_bits = 0;
+  int q_group_size = 64;
+  bool no_mmap = false;
+  std::string merge_policy = "DeltaF32";
+  bool fuse_requantize = false;
+  int threads = 0;
+  int64_t ctx_size = 0;
+};
+
+// Registers -m/--model, --dtype, --q-bits, --q-group-size, --no-mmap, --merge-policy,
+// --fuse-requantize, -t/--threads and -c/--ctx-size (with the given help for --ctx-size).
+void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help);
+
+// "DIR[,DIR]" lists with scale 1 followed by "DIR:SCALE[,...]" lists, in that order.
+std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,
+                                     const std::vector<std::string>& scaled, const char* scaled_opt);
+
+// Engine options from the model arguments (checked here), with a progress bar while loading.
+// The caller adds the registry's adapters and any adapters fused for good.
+engine::EngineOptions engine_options(const ModelArgs& a);
+
+// Prints what was fused and how many unfused terms were built (stderr).
+void report_adapters(engine::Engine& e, const engine::EngineOptions& o);
+
+}  // namespace graft::cli

@@ -1,0 +1,68 @@
+// The llama-server compatible JSON surface: request fields (typed, with llama-server's defaults,
+// each wrong type a bad request naming the field) and response shapes (native /completion and the
+// OpenAI routes, whole and streamed). Nothing here knows about slots or threads.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "graft/engine/adapter_registry.h"
+#include "graft/engine/sequence.h"
+#include "graft/text/chat_prompt.h"
+#include "graft/text/tokenizer.h"
+#include "server/job.h"
+
+namespace graft::server {
+
+using json = nlohmann::ordered_json;
+
+enum class Route { Completion, OaiCompletion, OaiChat };
+
+struct CompletionRequest {
+  std::vector<int32_t> prompt;
+  engine::SequenceParams params;                       // lora_scales left empty (resolved later)
+  std::optional<std::vector<engine::ScaleEntry>> lora;  // absent: the defaults at admission
+  bool stream = false;
+  bool cache_prompt = true;
+  bool include_usage = false;  // OpenAI stream_options.include_usage
+  std::string model;           // OpenAI `model`, echoed back
+};
+
+// The whole body is parsed and checked here (kBadRequest naming the field; kUnsupported for
+// options graft does not implement that would change the output). `chat` is required for OaiChat.
+CompletionRequest parse_completion_request(const json& body, Route route, const text::Tokenizer& tokenizer,
+                                           const text::ChatPrompt* chat, const std::vector<int32_t>& eos_ids);
+
+// [{"id": N, "scale": S}, ...] as /lora-adapters and the per-request `lora` field take it.
+std::vector<engine::ScaleEntry> parse_lora_list(const json& value, const std::string& field);
+
+// {"error": {"code", "message", "type"}} with llama-server's type for the kind, and its HTTP status.
+struct ApiError {
+  int status;
+  json body;
+};
+ApiError api_error(int status, const std::string& type, const std::string& message);
+ApiError api_error(const std::exception& e);  // graft::Error by kind; anything else a 500
+
+// Response shapes. `final` is the generation's last event; `text`/`tokens` the whole output.
+struct Completed {
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<engine::TokenProb>> probs;
+  JobEvent final;
+};
+json timings_json(const JobEvent& final);
+json completion_response(const Completed& c, const CompletionRequest& req, const text::Tokenizer& tok,
+                         const std::string& model_name);
+json completion_stream_chunk(const JobEvent& e, const text::Tokenizer& tok);
+json completion_stream_final(const Completed& c, const CompletionRequest& req, const std::string& model_name);
+const char* finish_reason(engine::StopReason r);
+json oai_response(const Completed& c, Route route, const std::string& id, int64_t created, const std::string& model);
+json oai_chunk(Route route, const std::string& id, int64_t created, const std::string& model, const std::string* text,
+               const char* finish, bool role);
+json oai_usage_chunk(const Completed& c, Route route, const std::string& id, int64_t created, const std::string& model);
+
+}  // namespace graft::server

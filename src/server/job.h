@@ -1,0 +1,70 @@
+// A completion request as the scheduler sees it: the prompt tokens, the sampling and stop rules,
+// the adapter scales resolved at admission (its snapshot), and the channel its events flow back
+// through to the HTTP thread that answers it.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "graft/core/error.h"
+#include "graft/engine/sequence.h"
+
+namespace graft::server {
+
+// One piece of a response: text that became final, the tokens behind it, and on the last event
+// the summary of the whole generation (or the error that ended it).
+struct JobEvent {
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<engine::TokenProb>> probs;  // per token, with n_probs > 0
+  bool final = false;
+  // Final event only.
+  engine::StopReason reason = engine::StopReason::None;
+  std::string stopping_word;
+  int64_t slot = -1;
+  int64_t prompt_tokens = 0;   // tokens_evaluated: the whole prompt
+  int64_t tokens_cached = 0;   // prompt tokens whose KV was reused
+  int64_t predicted = 0;       // tokens generated
+  double prompt_ms = 0, predicted_ms = 0;
+  bool failed = false;
+  ErrorKind error_kind = ErrorKind::kInternal;
+  std::string error;
+};
+
+struct CompletionJob {
+  std::vector<int32_t> prompt;
+  engine::SequenceParams params;    // lora_scales: what the forward pass takes (resolved at admission)
+  std::vector<float> resolved;      // the resolved scale vector (for the cache key and metrics)
+  uint64_t adapter_digest = 0;
+  bool cache_prompt = true;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::atomic<bool> cancelled{false};
+
+  void push(JobEvent e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_all();
+  }
+  // Waits up to `wait` for the next event; false on timeout.
+  bool pop(JobEvent& out, std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, wait, [&] { return !events_.empty(); })) return false;
+    out = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<JobEvent> events_;
+};
+
+}  // namespace graft::server

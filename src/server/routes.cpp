@@ -1,0 +1,468 @@
+// graft serve: HTTP routes (cpp-httplib) over the scheduler. Each request is parsed and checked
+// completely, its adapter scales resolved (its admission snapshot), then queued; its events come
+// back through its job's channel, as one JSON response or as server-sent events.
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <random>
+#include <thread>
+
+#include "graft/core/error.h"
+#include "graft/text/chat_prompt.h"
+#include "server/api.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "server/server.h"
+
+namespace graft::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Everything the routes share; the engine and scheduler exist once the model is loaded.
+struct State {
+  ServerOptions opts;
+  std::string model_path, model_name;
+  std::atomic<bool> ready{false};
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<text::ChatPrompt> chat;
+  int64_t slot_ctx = 0;
+  int64_t created = std::time(nullptr);
+};
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json; charset=utf-8");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.body); }
+
+// Errors from the adapter registry: under --lora-fuse a change of scales is a 400
+// not_supported_error (the request is wrong for this server, not the server incapable).
+ApiError registry_error(const std::exception& e) {
+  const auto* ge = dynamic_cast<const Error*>(&e);
+  if (ge && ge->kind() == ErrorKind::kUnsupported) return api_error(400, "not_supported_error", e.what());
+  return api_error(e);
+}
+
+std::string truncated(const std::string& s, size_t n = 200) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
+
+json parse_body(const httplib::Request& req) {
+  try {
+    return json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    fail_as(ErrorKind::kBadRequest, "the request body is not valid JSON: ", truncated(e.what()));
+  }
+}
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string s = prefix;
+  for (int i = 0; i < 24; ++i) s += hex[rng() % 16];
+  return s;
+}
+
+std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+
+void accumulate(Completed& c, JobEvent& e) {
+  c.text += e.text;
+  c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
+  for (auto& p : e.probs) c.probs.push_back(std::move(p));
+}
+
+// One streamed response in progress.
+struct StreamState {
+  std::shared_ptr<CompletionJob> job;
+  CompletionRequest req;
+  Route route;
+  Completed done;
+  std::string id;
+  bool role_sent = false, finished = false;
+};
+
+void handle_completion(State& st, Route route, const httplib::Request& http, httplib::Response& res) {
+  engine::Engine& eng = *st.engine;
+  CompletionRequest req;
+  auto job = std::make_shared<CompletionJob>();
+  try {
+    req = parse_completion_request(parse_body(http), route, eng.tokenizer(), st.chat.get(),
+                                   eng.model().config.eos_token_ids);
+  } catch (const std::exception& e) {
+    return send_error(res, api_error(e));
+  }
+  if (static_cast<int64_t>(req.prompt.size()) >= st.slot_ctx)
+    return send_error(res, api_error(400, "exceed_context_size_error",
+                                     "the request (" + std::to_string(req.prompt.size()) +
+                                         " tokens) exceeds the available context size (" + std::to_string(st.slot_ctx) +
+                                         " tokens per slot, with room for one generated token); raise --ctx-size or "
+                                         "shorten the prompt"));
+  if (req.prompt.empty()) return send_error(res, api_error(400, "invalid_request_error", "the prompt is empty"));
+  try {
+    job->resolved = eng.adapters().resolve(req.lora);
+  } catch (const std::exception& e) {
+    return send_error(res, registry_error(e));
+  }
+  job->prompt = req.prompt;
+  job->params = req.params;
+  job->params.lora_scales = eng.adapters().forward_scales(job->resolved);
+  job->adapter_digest = eng.adapters().digest(job->resolved);
+  job->cache_prompt = req.cache_prompt;
+  job->deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(st.opts.timeout_s * 1e3));
+  try {
+    st.scheduler->submit(job);
+  } catch (const std::exception& e) {
+    return send_error(res, api_error(e));
+  }
+  const std::string model = req.model.empty() ? st.model_name : req.model;
+  const std::string id = random_id(route == Route::OaiChat ? "chatcmpl-" : "cmpl-");
+
+  if (!req.stream) {
+    Completed c;
+    for (;;) {
+      JobEvent e;
+      if (!job->pop(e, std::chrono::milliseconds(100))) continue;
+      const bool last = e.final;
+      if (last) c.final = e;
+      accumulate(c, e);
+      if (last) break;
+    }
+    if (c.final.failed) {
+      const Error err(c.final.error, c.final.error_kind);
+      return send_error(res, api_error(err));
+    }
+    if (route == Route::Completion) return send_json(res, 200, completion_response(c, req, eng.tokenizer(), model));
+    return send_json(res, 200, oai_response(c, route, id, std::time(nullptr), model));
+  }
+
+  auto ss = std::make_shared<StreamState>();
+  ss->job = job;
+  ss->req = std::move(req);
+  ss->route = route;
+  ss->id = id;
+  const int64_t created = std::time(nullptr);
+  const text::Tokenizer* tok = &eng.tokenizer();
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [ss, model, created, tok](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) {
+          if (!sink.write(s.data(), s.size())) {
+            ss->job->cancelled = true;
+            return false;
+          }
+          return true;
+        };
+        if (ss->finished) return false;
+        if (!sink.is_writable()) {  // the client went away: free the slot at the next token
+          ss->job->cancelled = true;
+          return false;
+        }
+        if (ss->route == Route::OaiChat && !ss->role_sent) {
+          ss->role_sent = true;
+          if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, nullptr, true)))) return false;
+        }
+        JobEvent e;
+        if (!ss->job->pop(e, std::chrono::milliseconds(50))) return true;
+        if (e.final && e.failed) {
+          const Error err(e.error, e.error_kind);
+          write(sse(api_error(err).body));
+          ss->finished = true;
+          sink.done();
+          return true;
+        }
+        const bool last = e.final;
+        if (last) ss->done.final = e;
+        accumulate(ss->done, e);
+        if (!e.text.empty() || !e.tokens.empty()) {
+          json chunk = ss->route == Route::Completion ? completion_stream_chunk(e, *tok)
+                                                      : oai_chunk(ss->route, ss->id, created, model, &e.text, nullptr, false);
+          if (!write(sse(chunk))) return false;
+        }
+        if (last) {
+          if (ss->route == Route::Completion) {
+            if (!write(sse(completion_stream_final(ss->done, ss->req, model)))) return false;
+          } else {
+            if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, finish_reason(e.reason), false))))
+              return false;
+            if (ss->req.include_usage && !write(sse(oai_usage_chunk(ss->done, ss->route, ss->id, created, model))))
+              return false;
+            if (!write("data: [DONE]\n\n")) return false;
+          }
+          ss->finished = true;
+          sink.done();
+        }
+        return true;
+      },
+      [ss](bool success) {
+        if (!success || !ss->finished) ss->job->cancelled = true;
+      });
+}
+
+int64_t parameter_count(const model::ModelConfig& c) {
+  const int64_t H = c.hidden_size, L = c.num_layers;
+  int64_t n = c.vocab_size * H * (c.tie_word_embeddings ? 1 : 2) + H;
+  n += L * (H * c.q_dim() * 2 + H * c.kv_dim() * 2 + 3 * H * c.intermediate_size + 2 * H);
+  return n;
+}
+
+void add_routes(httplib::Server& svr, State& st) {
+  svr.Get("/health", [&st](const httplib::Request&, httplib::Response& res) {
+    if (!st.ready) return send_error(res, api_error(503, "unavailable_error", "Loading model"));
+    send_json(res, 200, json{{"status", "ok"}});
+  });
+  svr.Get("/v1/health", [&st](const httplib::Request&, httplib::Response& res) {
+    if (!st.ready) return send_error(res, api_error(503, "unavailable_error", "Loading model"));
+    send_json(res, 200, json{{"status", "ok"}});
+  });
+  for (const char* path : {"/completion", "/completions"})
+    svr.Post(path, [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::Completion, q, r); });
+  svr.Post("/v1/completions",
+           [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::OaiCompletion, q, r); });
+  for (const char* path : {"/v1/chat/completions", "/chat/completions"})
+    svr.Post(path, [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::OaiChat, q, r); });
+
+  for (const char* path : {"/v1/models", "/models"})
+    svr.Get(path, [&st](const httplib::Request&, httplib::Response& res) {
+      const auto& m = st.engine->model();
+      int64_t bytes = m.weights.lm_head.nbytes() + m.weights.embed.nbytes();
+      for (const auto& L : m.weights.layers)
+        for (const model::Matrix* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += t->nbytes();
+      json meta{{"vocab_type", 2},
+                {"n_vocab", m.config.vocab_size},
+                {"n_ctx", st.slot_ctx},
+                {"n_ctx_train", m.config.max_position_embeddings},
+                {"n_embd", m.config.hidden_size},
+                {"n_params", parameter_count(m.config)},
+                {"size", bytes}};
+      json entry{{"id", st.model_name}, {"object", "model"}, {"created", st.created}, {"owned_by", "llamacpp"},
+                 {"meta", meta}};
+      send_json(res, 200, json{{"object", "list"}, {"data", json::array({entry})}});
+    });
+
+  svr.Get("/props", [&st](const httplib::Request&, httplib::Response& res) {
+    json params{{"n_predict", -1}, {"temperature", 0.8}, {"top_k", 40}, {"top_p", 0.95}, {"min_p", 0.05},
+                {"repeat_penalty", 1.0}, {"repeat_last_n", 64}, {"seed", -1}, {"cache_prompt", true}};
+    send_json(res, 200,
+              json{{"default_generation_settings", json{{"n_ctx", st.slot_ctx}, {"params", params}}},
+                   {"total_slots", st.scheduler->options().parallel},
+                   {"model_alias", st.model_name},
+                   {"model_path", st.model_path},
+                   {"chat_template", st.chat ? st.chat->source() : std::string()},
+                   {"modalities", json{{"vision", false}, {"audio", false}}},
+                   {"build_info", "graft 0.1.0"}});
+  });
+
+  svr.Post("/tokenize", [&st](const httplib::Request& q, httplib::Response& res) {
+    try {
+      const json b = parse_body(q);
+      if (!b.is_object() || !b.contains("content") || !b["content"].is_string())
+        fail_as(ErrorKind::kBadRequest, "field 'content' must be a string");
+      auto flag = [&](const char* f, bool d) {
+        if (!b.contains(f)) return d;
+        if (!b[f].is_boolean()) fail_as(ErrorKind::kBadRequest, "field '", f, "' must be true or false");
+        return b[f].get<bool>();
+      };
+      const auto& tok = st.engine->tokenizer();
+      const auto ids = tok.encode(b["content"].get<std::string>(), flag("parse_special", true), flag("add_special", false));
+      if (!flag("with_pieces", false)) return send_json(res, 200, json{{"tokens", ids}});
+      json out = json::array();
+      for (int32_t id : ids) {
+        const std::string piece = tok.token_bytes(id);
+        json p = json::array();
+        bool utf8 = true;
+        try {
+          (void)json(piece).dump();
+        } catch (const json::type_error&) {
+          utf8 = false;
+        }
+        if (utf8) {
+          p = piece;
+        } else {
+          for (unsigned char c : piece) p.push_back(static_cast<int>(c));
+        }
+        out.push_back(json{{"id", id}, {"piece", p}});
+      }
+      send_json(res, 200, json{{"tokens", out}});
+    } catch (const std::exception& e) {
+      send_error(res, api_error(e));
+    }
+  });
+
+  svr.Post("/detokenize", [&st](const httplib::Request& q, httplib::Response& res) {
+    try {
+      const json b = parse_body(q);
+      if (!b.is_object() || !b.contains("tokens") || !b["tokens"].is_array())
+        fail_as(ErrorKind::kBadRequest, "field 'tokens' must be an array of token ids");
+      const auto& tok = st.engine->tokenizer();
+      std::vector<int32_t> ids;
+      for (const auto& v : b["tokens"]) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tok.vocab_size())
+          fail_as(ErrorKind::kBadRequest, "field 'tokens': ", truncated(v.dump()), " is not a token id in [0, ",
+                  tok.vocab_size(), ")");
+        ids.push_back(v.get<int32_t>());
+      }
+      send_json(res, 200, json{{"content", tok.decode(ids)}});
+    } catch (const std::exception& e) {
+      send_error(res, api_error(e));
+    }
+  });
+
+  svr.Get("/lora-adapters", [&st](const httplib::Request&, httplib::Response& res) {
+    json out = json::array();
+    for (const auto& a : st.engine->adapters().list())
+      out.push_back(json{{"id", a.id}, {"path", a.path}, {"scale", a.scale}, {"task_name", a.task_name},
+                         {"prompt_prefix", a.prompt_prefix}});
+    send_json(res, 200, out);
+  });
+  svr.Post("/lora-adapters", [&st](const httplib::Request& q, httplib::Response& res) {
+    try {
+      const json b = parse_body(q);
+      if (!b.is_array()) fail_as(ErrorKind::kBadRequest, "Request body must be an array");
+      st.engine->adapters().set_defaults(parse_lora_list(b, "lora-adapters"));
+      send_json(res, 200, json{{"success", true}});
+    } catch (const std::exception& e) {
+      send_error(res, registry_error(e));
+    }
+  });
+
+  svr.Get("/metrics", [&st](const httplib::Request&, httplib::Response& res) {
+    if (!st.opts.metrics)
+      return send_error(res, api_error(501, "not_supported_error",
+                                       "This server does not support metrics endpoint. Start it with `--metrics`"));
+    res.set_content(prometheus_text(st.scheduler->stats(), st.engine->adapters().list()),
+                    "text/plain; version=0.0.4");
+  });
+}
+
+void add_guards(httplib::Server& svr, State& st) {
+  svr.set_pre_routing_handler([&st](const httplib::Request& q, httplib::Response& res) {
+    if (q.method == "OPTIONS" || q.path == "/health" || q.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (!st.ready) {
+      send_error(res, api_error(503, "unavailable_error", "Loading model"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!st.opts.api_key.empty()) {
+      const std::string auth = q.get_header_value("Authorization"), key = q.get_header_value("X-Api-Key");
+      if (auth != "Bearer " + st.opts.api_key && key != st.opts.api_key) {
+        send_error(res, api_error(401, "authentication_error", "Invalid API Key"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  svr.set_error_handler([&st](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) return send_error(res, api_error(404, "not_found_error", "File Not Found"));
+    if (res.status == 413)
+      return send_error(res, api_error(413, "invalid_request_error",
+                                       "the request body is larger than the limit of " +
+                                           std::to_string(st.opts.body_limit) + " bytes"));
+    send_error(res, api_error(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+                              "HTTP status " + std::to_string(res.status)));
+  });
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      send_error(res, api_error(e));
+    } catch (...) {
+      send_error(res, api_error(500, "server_error", "unknown error"));
+    }
+  });
+}
+
+}  // namespace
+
+int run_server(const ServerOptions& o, engine::EngineOptions eo) {
+  // SIGINT/SIGTERM are taken by this thread alone (sigtimedwait below): block them before any
+  // thread starts, so every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  if (o.parallel < 1) fail_as(ErrorKind::kBadRequest, "--parallel must be >= 1, got ", o.parallel);
+  if (o.port < 0 || o.port > 65535) fail_as(ErrorKind::kBadRequest, "--port must be in [0, 65535], got ", o.port);
+  if (!(o.timeout_s > 0)) fail_as(ErrorKind::kBadRequest, "--timeout must be > 0 seconds");
+  if (o.batch_size < 1) fail_as(ErrorKind::kBadRequest, "--batch-size must be >= 1, got ", o.batch_size);
+  engine::Engine::check(eo);  // bad adapters are startup errors, before anything is bound
+
+  State st;
+  st.opts = o;
+  st.model_path = eo.model;
+  st.model_name = o.alias.empty() ? eo.model : o.alias;
+  httplib::Server svr;
+  const size_t threads = static_cast<size_t>(2 * (o.parallel + static_cast<int>(o.queue_size)) + 8);
+  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr.set_payload_max_length(o.body_limit);
+  const time_t secs = static_cast<time_t>(o.timeout_s);
+  svr.set_read_timeout(secs, 0);
+  svr.set_write_timeout(secs, 0);
+  add_guards(svr, st);
+  add_routes(svr, st);
+  int port = o.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(o.host);
+    if (port < 0) fail_as(ErrorKind::kIo, "cannot listen on ", o.host);
+  } else if (!svr.bind_to_port(o.host, port)) {
+    fail_as(ErrorKind::kIo, "cannot listen on ", o.host, ":", port, " (in use, or not an address of this machine)");
+  }
+  std::fprintf(stderr, "graft serve: listening on http://%s:%d (loading %s)\n", o.host.c_str(), port, eo.model.c_str());
+  std::thread http([&svr] { svr.listen_after_bind(); });
+
+  std::atomic<bool> load_done{false};
+  std::string load_error;
+  std::thread loader([&] {
+    try {
+      st.engine = std::make_unique<engine::Engine>(eo);
+      const auto& m = st.engine->model();
+      if (m.chat_template) st.chat = std::make_unique<text::ChatPrompt>(st.engine->tokenizer(), *m.chat_template);
+      const int64_t total = o.ctx_size > 0 ? o.ctx_size : m.config.max_position_embeddings;
+      st.slot_ctx = std::max<int64_t>(2, total / o.parallel);
+      SchedulerOptions so;
+      so.parallel = o.parallel;
+      so.slot_ctx = st.slot_ctx;
+      so.batch_tokens = o.batch_size;
+      so.queue_size = o.queue_size;
+      st.scheduler = std::make_unique<Scheduler>(*st.engine, so);
+      st.ready = true;
+      std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, %zu adapter(s)%s)\n", o.parallel,
+                   static_cast<long long>(st.slot_ctx), st.engine->adapters().size(),
+                   st.engine->adapters().fused() ? ", fused" : "");
+    } catch (const std::exception& e) {
+      load_error = e.what();
+    }
+    load_done = true;
+  });
+
+  int rc = 0;
+  for (;;) {
+    timespec wait{0, 100 * 1000 * 1000};
+    const int sig = sigtimedwait(&sigs, nullptr, &wait);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::fprintf(stderr, "graft serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      break;
+    }
+    if (load_done && !load_error.empty()) {
+      std::fprintf(stderr, "error: %s\n", load_error.c_str());
+      rc = 1;
+      break;
+    }
+  }
+  loader.join();
+  st.ready = false;                         // new requests get 503 from here on
+  if (st.scheduler) st.scheduler->stop();   // in-flight requests end (cancelled) and are answered
+  svr.stop();
+  http.join();
+  return rc;
+}
+
+}  // namespace graft::server

@@ -1,0 +1,250 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <set>
+
+namespace graft::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return static_cast<int64_t>(i);
+}
+
+JobEvent error_event(ErrorKind kind, const std::string& message) {
+  JobEvent e;
+  e.final = true;
+  e.failed = true;
+  e.error_kind = kind;
+  e.error = message;
+  return e;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(engine::Engine& engine, SchedulerOptions options) : engine_(engine), opts_(options) {
+  slots_.resize(static_cast<size_t>(std::max(1, opts_.parallel)));
+  for (auto& s : slots_) s.cache = std::make_unique<runtime::KVCache>(engine_.model().config, opts_.slot_ctx);
+  stats_.adapter_requests.assign(engine_.adapters().size(), 0);
+  stats_.kv_capacity = opts_.slot_ctx * static_cast<int64_t>(slots_.size());
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::submit(std::shared_ptr<CompletionJob> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) fail_as(ErrorKind::kLimit, "the server is shutting down");
+    if (queue_.size() >= opts_.queue_size)
+      fail_as(ErrorKind::kLimit, "the request queue is full (", opts_.queue_size, " waiting beyond ", slots_.size(),
+              " slots); retry later");
+    queue_.push_back(std::move(job));
+    stats_.deferred = static_cast<int64_t>(queue_.size());
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
+  Slot& s = slots_[i];
+  int64_t reuse = 0;
+  if (job->cache_prompt && s.digest == job->adapter_digest)
+    reuse = std::min<int64_t>(common_prefix(s.cached, job->prompt), static_cast<int64_t>(job->prompt.size()) - 1);
+  reuse = std::max<int64_t>(0, reuse);
+  s.cache->truncate(reuse);
+  s.cached.resize(static_cast<size_t>(reuse));
+  s.digest = job->adapter_digest;
+  s.last_used = ++clock_;
+  try {
+    s.seq = std::make_unique<engine::Sequence>(engine_.tokenizer(), *s.cache, job->prompt, job->params);
+  } catch (const Error& e) {
+    job->push(error_event(e.kind(), e.what()));
+    return;
+  }
+  for (size_t a = 0; a < job->resolved.size() && a < stats_.adapter_requests.size(); ++a)
+    if (job->resolved[a] != 0.0f) ++stats_.adapter_requests[a];
+  ++stats_.requests_total;
+  s.job = std::move(job);
+}
+
+void Scheduler::admit(std::unique_lock<std::mutex>&) {
+  while (!queue_.empty()) {
+    std::shared_ptr<CompletionJob> job = queue_.front();
+    if (job->cancelled) {
+      queue_.pop_front();
+      job->push(error_event(ErrorKind::kLimit, "cancelled before it started"));
+      continue;
+    }
+    // The free slot with the longest reusable prefix under the same adapters; else the least
+    // recently used one (its cache is the least likely to be wanted again).
+    int64_t best = -1, best_len = -1, best_age = 0;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      if (s.job) continue;
+      const int64_t len = (job->cache_prompt && s.digest == job->adapter_digest) ? common_prefix(s.cached, job->prompt) : 0;
+      if (len > best_len || (len == best_len && s.last_used < best_age)) {
+        best = static_cast<int64_t>(i);
+        best_len = len;
+        best_age = s.last_used;
+      }
+    }
+    if (best < 0) break;
+    queue_.pop_front();
+    start(static_cast<size_t>(best), std::move(job));
+  }
+  stats_.deferred = static_cast<int64_t>(queue_.size());
+}
+
+void Scheduler::finish(size_t i) {
+  Slot& s = slots_[i];
+  engine::Sequence& q = *s.seq;
+  JobEvent e;
+  e.final = true;
+  e.reason = q.reason();
+  e.stopping_word = q.stopping_word();
+  e.slot = static_cast<int64_t>(i);
+  e.prompt_tokens = static_cast<int64_t>(q.prompt().size());
+  e.tokens_cached = q.cached_at_start();
+  e.predicted = static_cast<int64_t>(q.generated().size());
+  e.prompt_ms = q.prompt_seconds() * 1e3;
+  e.predicted_ms = q.decode_seconds() * 1e3;
+  stats_.prompt_seconds_total += q.prompt_seconds();
+  stats_.predicted_seconds_total += q.decode_seconds();
+  if (q.reason() == engine::StopReason::Cancelled) ++stats_.requests_cancelled;
+  // The tokens whose KV is now in the cache: the history up to what was evaluated.
+  s.cached = q.prompt();
+  s.cached.insert(s.cached.end(), q.generated().begin(), q.generated().end());
+  s.cached.resize(static_cast<size_t>(std::min<int64_t>(s.cache->size(), static_cast<int64_t>(s.cached.size()))));
+  s.job->push(std::move(e));
+  s.job.reset();
+  s.seq.reset();
+}
+
+void Scheduler::fail_active(const std::exception& ex) {
+  const auto* ge = dynamic_cast<const Error*>(&ex);
+  for (auto& s : slots_) {
+    if (!s.job) continue;
+    s.job->push(error_event(ge ? ge->kind() : ErrorKind::kInternal, ex.what()));
+    s.job.reset();
+    s.seq.reset();
+    s.cache->truncate(0);
+    s.cached.clear();
+  }
+}
+
+void Scheduler::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    const auto has_active = [&] {
+      return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.job != nullptr; });
+    };
+    const auto has_free = [&] {
+      return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.job == nullptr; });
+    };
+    cv_.wait(lock, [&] { return stopping_ || has_active() || (!queue_.empty() && has_free()); });
+    if (stopping_) {
+      for (auto& job : queue_) job->push(error_event(ErrorKind::kLimit, "the server is shutting down"));
+      queue_.clear();
+      for (size_t i = 0; i < slots_.size(); ++i)
+        if (slots_[i].job) {
+          slots_[i].seq->cancel();
+          finish(i);
+        }
+      return;
+    }
+    admit(lock);
+    // Cancelled (client gone) and timed-out requests leave before the step.
+    const auto now = Clock::now();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (s.job && (s.job->cancelled || now > s.job->deadline)) {
+        s.seq->cancel();
+        finish(i);
+      }
+    }
+    std::vector<size_t> active;
+    std::vector<engine::Sequence*> seqs;
+    std::set<uint64_t> digests;
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].job) {
+        active.push_back(i);
+        seqs.push_back(slots_[i].seq.get());
+        digests.insert(slots_[i].digest);
+      }
+    stats_.processing = static_cast<int64_t>(active.size());
+    if (active.empty()) continue;
+    lock.unlock();
+    engine::StepResult r;
+    bool ok = true;
+    try {
+      r = engine_.step(seqs, opts_.batch_tokens);
+    } catch (const std::exception& ex) {
+      lock.lock();
+      fail_active(ex);
+      ok = false;
+    }
+    if (!ok) continue;
+    lock.lock();
+    ++stats_.steps_total;
+    if (digests.size() > 1) ++stats_.mixed_steps_total;
+    stats_.prompt_tokens_total += r.prompt_tokens;
+    for (size_t k = 0; k < active.size(); ++k) {
+      Slot& s = slots_[active[k]];
+      engine::StepOutput& out = r.outputs[k];
+      const bool eos = s.seq->reason() == engine::StopReason::Eos;
+      if (out.sampled && !eos) ++stats_.predicted_tokens_total;
+      if (!out.text.empty() || (out.sampled && !eos)) {
+        JobEvent e;
+        e.text = std::move(out.text);
+        if (out.sampled && !eos) {
+          e.tokens.push_back(out.token);
+          if (!out.top.empty()) e.probs.push_back(std::move(out.top));
+        }
+        s.job->push(std::move(e));
+      }
+      if (s.seq->finished()) finish(active[k]);
+    }
+    int64_t kv = 0;
+    for (const auto& s : slots_) {
+      kv += s.cache->size();
+      stats_.n_tokens_max = std::max(stats_.n_tokens_max, s.cache->size());
+    }
+    stats_.kv_tokens = kv;
+    std::vector<int64_t> running, waiting;
+    for (const auto& s : slots_)
+      if (s.job)
+        for (size_t a = 0; a < s.job->resolved.size(); ++a)
+          if (s.job->resolved[a] != 0.0f) running.push_back(static_cast<int64_t>(a));
+    for (const auto& j : queue_)
+      for (size_t a = 0; a < j->resolved.size(); ++a)
+        if (j->resolved[a] != 0.0f) waiting.push_back(static_cast<int64_t>(a));
+    for (auto* v : {&running, &waiting}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+    stats_.running_adapters = std::move(running);
+    stats_.waiting_adapters = std::move(waiting);
+    stats_.processing = static_cast<int64_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.job != nullptr; }));
+  }
+}
+
+}  // namespace graft::server

@@ -1,0 +1,85 @@
+// The server's scheduler: N slots, each with its own KV cache, and one thread that runs the
+// engine's batching step over every active slot (continuous batching: a request joins the next
+// step after it is admitted and leaves when it stops). Requests with different adapters and scales
+// share each step. Requests beyond the slots wait in a bounded queue.
+//
+// Prompt cache: a slot keeps the tokens whose KV it holds and the digest of the adapter set that
+// computed them; a new request goes to the free slot sharing its longest token prefix under the
+// same digest, and only the rest of its prompt is evaluated. KV computed under other adapters or
+// scales is never reused.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "graft/engine/engine.h"
+#include "server/job.h"
+
+namespace graft::server {
+
+struct SchedulerOptions {
+  int parallel = 4;           // slots
+  int64_t slot_ctx = 2048;    // context of each slot, tokens
+  int64_t batch_tokens = 512; // rows of one step at most (decoding rows always run)
+  size_t queue_size = 64;     // waiting requests beyond the slots
+};
+
+// What /metrics and /slots read (a consistent snapshot).
+struct SchedulerStats {
+  int64_t prompt_tokens_total = 0, predicted_tokens_total = 0;
+  double prompt_seconds_total = 0, predicted_seconds_total = 0;
+  int64_t steps_total = 0, mixed_steps_total = 0;  // mixed: rows under more than one adapter set
+  int64_t requests_total = 0, requests_cancelled = 0;
+  int64_t processing = 0, deferred = 0;
+  int64_t kv_tokens = 0, kv_capacity = 0, n_tokens_max = 0;
+  std::vector<int64_t> adapter_requests;            // per adapter id: requests that used it
+  std::vector<int64_t> running_adapters, waiting_adapters;  // ids with a non-zero scale
+};
+
+class Scheduler {
+ public:
+  Scheduler(engine::Engine& engine, SchedulerOptions options);
+  ~Scheduler();
+
+  // Queues a job (its scales already resolved). Throws kLimit when the queue is full and
+  // kUnavailable-like kLimit when the scheduler is stopping.
+  void submit(std::shared_ptr<CompletionJob> job);
+  // Stops admitting, cancels queued and running jobs (each gets its final event), joins.
+  void stop();
+
+  SchedulerStats stats() const;
+  const SchedulerOptions& options() const { return opts_; }
+
+ private:
+  struct Slot {
+    std::unique_ptr<runtime::KVCache> cache;
+    std::vector<int32_t> cached;  // tokens whose KV the cache holds
+    uint64_t digest = 0;
+    std::shared_ptr<CompletionJob> job;
+    std::unique_ptr<engine::Sequence> seq;
+    int64_t last_used = 0;
+  };
+  void loop();
+  void admit(std::unique_lock<std::mutex>& lock);
+  void start(size_t slot, std::shared_ptr<CompletionJob> job);
+  void finish(size_t slot);
+  void fail_active(const std::exception& e);
+
+  engine::Engine& engine_;
+  SchedulerOptions opts_;
+  std::vector<Slot> slots_;
+  std::deque<std::shared_ptr<CompletionJob>> queue_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  int64_t clock_ = 0;
+  SchedulerStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace graft::server

@@ -1,0 +1,31 @@
+// graft serve: a llama-server compatible HTTP server over the engine (routes in routes.cpp, the
+// scheduler in scheduler.h, the JSON shapes in api.h).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "graft/engine/engine.h"
+
+namespace graft::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int parallel = 4;
+  int64_t ctx_size = 0;          // total context, shared evenly by the slots (0: the model's maximum)
+  int64_t batch_size = 512;      // rows of one batching step at most
+  size_t queue_size = 64;        // requests waiting beyond the slots
+  std::string api_key;
+  std::string alias;             // the model name reported (default: the model path)
+  double timeout_s = 600;        // per request, and the HTTP read/write timeouts
+  size_t body_limit = 8u << 20;  // bytes
+  bool metrics = false;
+  bool fuse = false;             // adapters fused at load (--lora-fuse)
+};
+
+// Checks the model and adapters, listens (answering /health with 503 while the model loads),
+// loads, serves until SIGINT/SIGTERM, then stops admitting, cancels in-flight requests and
+// returns 0. A startup error throws before anything is bound.
+int run_server(const ServerOptions& options, engine::EngineOptions engine_options);
+
+}  // namespace graft::server
