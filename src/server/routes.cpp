@@ -56,7 +56,7 @@ std::string truncated(const std::string& s, size_t n = 200) { return s.size() <=
 json parse_body(const httplib::Request& req) {
   try {
     return json::parse(req.body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse errors, and numbers beyond double (1e999)
     fail_as(ErrorKind::kBadRequest, "the request body is not valid JSON: ", truncated(e.what()));
   }
 }

@@ -1,0 +1,378 @@
+"""graft serve end to end: the real binary on loopback, driven by `requests` and the `openai`
+client, on the SmolLM2 demo model with the committed demo adapters (id 0: PEFT pirate, id 1: mlx
+pirate). Greedy decoding throughout, so every comparison below is exact token equality: the same
+request must give the same tokens alone, in a busy mixed batch, streamed or not.
+"""
+import json
+import signal
+import socket
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+import requests
+
+from conftest import MLX, MODEL, PEFT, Server
+
+PROMPT = "The three most important things about sailing are"
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def tokens_of(server, prompt, lora=None, n=16, cache_prompt=False):
+    fields = {"cache_prompt": cache_prompt}
+    if lora is not None:
+        fields["lora"] = lora
+    return server.complete(prompt, n=n, **fields)["tokens"]
+
+
+def metric(text, name):
+    """The value of an unlabelled metric in Prometheus text."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"metric {name} missing")
+
+
+def error_of(r, status, type_):
+    assert r.status_code == status, (r.status_code, r.text)
+    e = r.json()["error"]
+    assert e["code"] == status and e["type"] == type_, e
+    return e["message"]
+
+
+# ---- endpoints and shapes -------------------------------------------------------------------
+
+
+def test_health_reports_loading_then_ok(server):
+    assert server.saw_loading, "GET /health never answered 503 unavailable_error while loading"
+    r = requests.get(server.url + "/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+def test_completion_response_fields(server):
+    r = server.complete(PROMPT, n=8)
+    for field in ("content", "tokens", "stop", "stop_type", "stopping_word", "tokens_cached", "tokens_evaluated",
+                  "truncated", "timings", "model", "generation_settings", "tokens_predicted"):
+        assert field in r, field
+    assert r["stop"] is True and r["stop_type"] in ("eos", "limit", "word")
+    assert r["tokens_predicted"] == len(r["tokens"]) <= 8
+    assert set(r["timings"]) == {"cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
+                                 "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second"}
+    assert r["model"] == "smollm2-test"
+
+
+def test_prompt_as_token_ids_equals_prompt_as_text(server):
+    ids = server.post("/tokenize", {"content": PROMPT}).json()["tokens"]
+    assert server.complete(ids, n=8)["tokens"] == server.complete(PROMPT, n=8)["tokens"]
+
+
+def test_stop_string_is_not_returned(server):
+    full = server.complete(PROMPT, n=16)["content"]
+    word = full.strip().split()[2]
+    r = server.complete(PROMPT, n=16, stop=[word])
+    assert r["stop_type"] == "word" and r["stopping_word"] == word
+    assert word not in r["content"] and full.startswith(r["content"])
+
+
+def test_models_props_tokenize_detokenize(server):
+    m = server.get("/v1/models").json()
+    assert m["object"] == "list" and m["data"][0]["id"] == "smollm2-test"
+    assert m["data"][0]["owned_by"] == "llamacpp"
+    assert {"n_vocab", "n_ctx_train", "n_embd", "n_params", "size"} <= set(m["data"][0]["meta"])
+    p = server.get("/props").json()
+    assert p["total_slots"] == 8 and p["default_generation_settings"]["n_ctx"] == 512
+    assert "{%" in p["chat_template"]
+    t = server.post("/tokenize", {"content": "Hello world"}).json()["tokens"]
+    assert all(isinstance(i, int) for i in t)
+    pieces = server.post("/tokenize", {"content": "Hello world", "with_pieces": True}).json()["tokens"]
+    assert [x["id"] for x in pieces] == t and "".join(x["piece"] for x in pieces) == "Hello world"
+    assert server.post("/detokenize", {"tokens": t}).json()["content"] == "Hello world"
+
+
+def test_stream_equals_non_stream_on_completion(server):
+    whole = server.complete(PROMPT, n=12)
+    r = server.post("/completion", {"prompt": PROMPT, "n_predict": 12, "temperature": 0, "stream": True}, stream=True)
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    text, tokens, final = "", [], None
+    for line in r.iter_lines():
+        if not line:
+            continue
+        assert line.startswith(b"data: ")
+        ev = json.loads(line[6:])
+        if ev["stop"]:
+            final = ev
+        else:
+            text += ev["content"]
+            tokens += ev["tokens"]
+    assert text == whole["content"] and tokens == whole["tokens"]
+    assert final["stop_type"] == whole["stop_type"] and "timings" in final
+
+
+def test_openai_client_chat_and_completions(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    chat = client.chat.completions.create(model="x", messages=CHAT, max_tokens=12, temperature=0)
+    assert chat.choices[0].message.role == "assistant" and chat.choices[0].finish_reason in ("stop", "length")
+    assert chat.usage.completion_tokens > 0 and chat.usage.prompt_tokens > 0
+    streamed = "".join(c.choices[0].delta.content or "" for c in
+                       client.chat.completions.create(model="x", messages=CHAT, max_tokens=12, temperature=0,
+                                                      stream=True) if c.choices)
+    assert streamed == chat.choices[0].message.content
+    comp = client.completions.create(model="x", prompt=PROMPT, max_tokens=10, temperature=0)
+    assert comp.choices[0].text == server.complete(PROMPT, n=10)["content"]
+    chunks = list(client.completions.create(model="x", prompt=PROMPT, max_tokens=10, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == comp.choices[0].text
+    assert chunks[-1].usage.completion_tokens == comp.usage.completion_tokens and chunks[-1].choices == []
+
+
+def test_openai_stream_ends_with_done(server):
+    r = server.post("/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, "stream": True}, stream=True)
+    lines = [l for l in r.iter_lines() if l]
+    assert lines[-1] == b"data: [DONE]"
+    assert json.loads(lines[0][6:])["choices"][0]["delta"]["role"] == "assistant"
+
+
+def test_metrics(server):
+    server.complete(PROMPT, n=4)
+    text = server.get("/metrics").text
+    for family in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_seconds",
+                   "llamacpp:predicted_tokens_seconds", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens",
+                   "llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_tokens_max",
+                   "vllm:lora_requests_info{max_lora=\"2\"", "vllm:num_requests_waiting"):
+        assert family in text, family
+    assert metric(text, "llamacpp:tokens_predicted_total") >= 4
+
+
+# ---- LoRA surface ---------------------------------------------------------------------------
+
+
+def test_lora_adapters_get_and_post(server):
+    try:
+        got = server.get("/lora-adapters").json()
+        assert [a["id"] for a in got] == [0, 1] and got[0]["path"] == PEFT and got[1]["path"] == MLX
+        assert all(a["scale"] == 1.0 and a["task_name"] == "" and a["prompt_prefix"] == "" for a in got)
+        assert server.post("/lora-adapters", [{"id": 1, "scale": 0.5}]).json() == {"success": True}
+        assert [a["scale"] for a in server.get("/lora-adapters").json()] == [0.0, 0.5]  # unlisted -> 0
+    finally:
+        server.post("/lora-adapters", [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 1.0}])
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ({"id": 0, "scale": 1}, "must be an array"),
+    ([{"id": 7, "scale": 1}], "unknown adapter id 7"),
+    ([{"id": 0, "scale": "big"}], "scale"),
+    ([{"id": 0, "scale": 1e999}], "overflow"),  # beyond double: refused while parsing
+    ([{"id": 0, "scale": 1}, {"id": 0, "scale": 2}], "listed twice"),
+])
+def test_lora_adapters_post_refusals_change_nothing(server, body, fragment):
+    before = server.get("/lora-adapters").json()
+    raw = json.dumps(body).replace("Infinity", "1e999")
+    r = requests.post(server.url + "/lora-adapters", data=raw, headers={"Content-Type": "application/json"})
+    assert fragment in error_of(r, 400, "invalid_request_error")
+    assert server.get("/lora-adapters").json() == before
+
+
+def test_nan_scale_is_refused(server):
+    r = requests.post(server.url + "/lora-adapters", data='[{"id": 0, "scale": NaN}]')
+    error_of(r, 400, "invalid_request_error")
+    r = requests.post(server.url + "/completion", data='{"prompt": "hi", "lora": [{"id": 0, "scale": 1e999}]}')
+    assert "overflow" in error_of(r, 400, "invalid_request_error")
+    r = server.post("/completion", {"prompt": "hi", "lora": [{"id": 0, "scale": "NaN"}]})
+    assert "scale" in error_of(r, 400, "invalid_request_error")
+
+
+def test_per_request_lora(server):
+    base = tokens_of(server, PROMPT, lora=[{"id": 0, "scale": 0}, {"id": 1, "scale": 0}])
+    assert tokens_of(server, PROMPT, lora=[]) == base, '"lora": [] must mean every adapter at 0'
+    both = tokens_of(server, PROMPT)  # the defaults: both adapters at 1
+    assert tokens_of(server, PROMPT, lora=[{"id": 0, "scale": 1}, {"id": 1, "scale": 1}]) == both
+    assert both != base
+    r = server.post("/completion", {"prompt": PROMPT, "lora": [{"id": 2, "scale": 1}]})
+    assert "unknown adapter id 2" in error_of(r, 400, "invalid_request_error")
+
+
+def test_server_matches_graft_generate(server):
+    """The server and `graft generate` are one engine path: same tokens for the same setting."""
+    from conftest import BIN
+    out = subprocess.run([BIN, "generate", "-m", MODEL, "-p", PROMPT, "--temp", "0", "-n", "12",
+                          "--lora-scaled", PEFT + ":0.5", "--threads", "2"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    served = server.complete(PROMPT, n=12, lora=[{"id": 0, "scale": 0.5}], cache_prompt=False)["content"]
+    assert out.stdout.rstrip("\n") == PROMPT + served or out.stdout.rstrip("\n") == served
+
+
+def test_admission_snapshot_survives_post(server):
+    """A long generation keeps the scales it was admitted with while POST changes the defaults."""
+    alone = tokens_of(server, PROMPT, n=48)  # defaults: both at 1
+    base = tokens_of(server, PROMPT, lora=[], n=48)
+    result = {}
+
+    def long_request():
+        result["r"] = server.complete(PROMPT, n=48, cache_prompt=False)
+
+    try:
+        t = threading.Thread(target=long_request)
+        t.start()
+        time.sleep(0.3)
+        assert server.post("/lora-adapters", []).json() == {"success": True}  # every default -> 0
+        t.join()
+        assert result["r"]["tokens"] == alone, "the running request changed adapters mid-generation"
+        assert tokens_of(server, PROMPT, n=48) == base, "the next request did not take the new defaults"
+    finally:
+        server.post("/lora-adapters", [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 1.0}])
+
+
+# ---- continuous batching with mixed adapters ------------------------------------------------
+
+SETTINGS = [
+    None,                                               # the defaults (both at 1)
+    [],                                                 # every adapter off
+    [{"id": 0, "scale": 0.5}],
+    [{"id": 0, "scale": 1.0}],
+    [{"id": 1, "scale": 1.0}],
+    [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.5}],  # two adapters stacked
+    [{"id": 0, "scale": 0.0}],
+    [{"id": 1, "scale": 0.25}],
+]
+PROMPTS = [PROMPT, "Once upon a time", "def fibonacci(n):", "The ocean is", "Ahoy, matey! Where is",
+           "My favourite food is", "In 1492, Columbus", "Ten tips for better sleep:"]
+
+
+def test_mixed_adapter_batch_equals_solo_runs(server):
+    cases = list(zip(PROMPTS, SETTINGS))
+    solo = [tokens_of(server, p, lora=l, n=20) for p, l in cases]
+    before = server.get("/metrics").text
+    with ThreadPoolExecutor(len(cases)) as pool:
+        together = list(pool.map(lambda c: tokens_of(server, c[0], lora=c[1], n=20), cases))
+    for (p, l), a, b in zip(cases, solo, together):
+        assert a == b, f"prompt {p!r} lora {l}: alone {a} vs in a mixed batch {b}"
+    mixed = "graft:batch_steps_mixed_adapters_total"
+    assert metric(server.get("/metrics").text, mixed) > metric(before, mixed), "no step mixed adapters"
+
+
+# ---- prompt cache ---------------------------------------------------------------------------
+
+LONG = ("Here is a long preamble that several requests share, about ships, the sea, storms, and the "
+        "crews who sail through them for months at a time. ") * 4
+
+
+def test_prompt_cache_is_keyed_by_adapters(server):
+    a = [{"id": 0, "scale": 1.0}]
+    b = [{"id": 1, "scale": 1.0}]
+    prefix = LONG + "Now the story. "  # a prefix no earlier test left in any slot
+    r1 = server.complete(prefix + "First,", n=16, lora=a, cache_prompt=True)
+    r2 = server.complete(prefix + "First,", n=16, lora=b, cache_prompt=True)
+    assert r2["tokens_cached"] == 0, "KV computed under adapter A was reused for adapter B"
+    r3 = server.complete(prefix + "Second,", n=16, lora=a, cache_prompt=True)
+    assert r3["tokens_cached"] > 40, "the same adapter setting did not reuse the shared prefix"
+    assert r3["timings"]["cache_n"] == r3["tokens_cached"]
+    again = server.complete(prefix + "First,", n=16, lora=b, cache_prompt=True)
+    assert again["tokens_cached"] > 40
+    # Each setting's own output, whether its KV was reused or not.
+    assert r1["tokens"] == tokens_of(server, prefix + "First,", lora=a)
+    assert r2["tokens"] == again["tokens"] == tokens_of(server, prefix + "First,", lora=b)
+    assert r1["tokens"] != r2["tokens"]
+    assert r3["tokens"] == tokens_of(server, prefix + "Second,", lora=a)
+
+
+# ---- bad requests ---------------------------------------------------------------------------
+
+
+def test_bad_requests_then_still_serving(server):
+    good = server.complete(PROMPT, n=8)["tokens"]
+    r = requests.post(server.url + "/completion", data="{not json")
+    assert "not valid JSON" in error_of(r, 400, "invalid_request_error")
+    r = server.post("/completion", {"prompt": PROMPT, "temperature": "hot"})
+    assert "'temperature'" in error_of(r, 400, "invalid_request_error")
+    r = server.post("/completion", {"prompt": PROMPT, "n_predict": 1.5})
+    assert "'n_predict'" in error_of(r, 400, "invalid_request_error")
+    r = server.post("/completion", {"prompt": [1, 2, 99999999]})
+    assert "out of range" in error_of(r, 400, "invalid_request_error")
+    r = server.post("/completion", {"n_predict": 4})
+    assert "'prompt'" in error_of(r, 400, "invalid_request_error")
+    r = server.post("/completion", {"prompt": "word " * 600})
+    error_of(r, 400, "exceed_context_size_error")
+    r = requests.post(server.url + "/completion", data=json.dumps({"prompt": "x" * 70000}))
+    assert r.status_code == 413 and r.json()["error"]["code"] == 413
+    r = server.post("/v1/chat/completions", {"messages": "hi"})
+    assert "'messages'" in error_of(r, 400, "invalid_request_error")
+    r = server.post("/v1/chat/completions", {"messages": CHAT, "n": 2})
+    error_of(r, 501, "not_supported_error")
+    r = server.get("/no/such/route")
+    error_of(r, 404, "not_found_error")
+    assert server.complete(PROMPT, n=8)["tokens"] == good
+
+
+def test_client_disconnect_mid_stream_frees_the_slot(server):
+    before = server.get("/metrics").text
+    s = socket.create_connection(("127.0.0.1", server.port))
+    body = json.dumps({"prompt": PROMPT, "n_predict": 400, "stream": True, "temperature": 0, "ignore_eos": True})
+    s.sendall(f"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    got = b""
+    while b"data: " not in got:
+        chunk = s.recv(4096)
+        assert chunk, "the stream ended before its first event"
+        got += chunk
+    s.close()
+    cancelled = lambda t: metric(t, "graft:requests_cancelled_total")
+    deadline = time.time() + 60
+    while cancelled(server.get("/metrics").text) <= cancelled(before):
+        assert time.time() < deadline, "the disconnected stream was never cancelled"
+        time.sleep(0.1)
+    assert server.complete(PROMPT, n=8)["stop"] is True
+
+
+# ---- other server configurations ------------------------------------------------------------
+
+
+def test_api_key_and_init_without_apply(server):
+    base = tokens_of(server, PROMPT, lora=[])
+    s = Server("--lora", PEFT, "--lora-init-without-apply", api_key="s3cret")
+    try:
+        assert requests.get(s.url + "/health").status_code == 200  # no key needed
+        r = requests.get(s.url + "/lora-adapters")
+        error_of(r, 401, "authentication_error")
+        r = requests.get(s.url + "/lora-adapters", headers={"Authorization": "Bearer wrong"})
+        error_of(r, 401, "authentication_error")
+        assert s.get("/lora-adapters").json()[0]["scale"] == 0.0
+        assert tokens_of(s, PROMPT) == base, "--lora-init-without-apply output differs from the base model"
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="s3cret")
+        assert client.completions.create(model="x", prompt=PROMPT, max_tokens=4, temperature=0).choices
+    finally:
+        assert s.stop(signal.SIGINT) == 0, s.output()
+
+
+def test_lora_fuse_mode(server):
+    half = tokens_of(server, PROMPT, lora=[{"id": 0, "scale": 0.5}])
+    s = Server("--lora-scaled", PEFT + ":0.5", "--lora-fuse")
+    try:
+        assert s.get("/lora-adapters").json()[0]["scale"] == 0.5
+        assert tokens_of(s, PROMPT) == half, "fused at 0.5 differs from unfused at 0.5"
+        assert s.post("/lora-adapters", [{"id": 0, "scale": 0.5}]).json() == {"success": True}
+        r = s.post("/lora-adapters", [{"id": 0, "scale": 1.0}])
+        assert "--lora-fuse" in error_of(r, 400, "not_supported_error")
+        r = s.post("/completion", {"prompt": PROMPT, "lora": []})
+        error_of(r, 400, "not_supported_error")
+        assert tokens_of(s, PROMPT, lora=[{"id": 0, "scale": 0.5}]) == half
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--lora-scaled", PEFT + ":abc"], "not a finite number"),
+    (["--lora-scaled", PEFT + ":nan"], "not a finite number"),
+    (["--lora-scaled", PEFT + ":inf"], "not a finite number"),
+    (["--lora", "/no/such/adapter"], "/no/such/adapter"),
+    (["--lora-fuse", "--lora-init-without-apply", "--lora", PEFT], "exclude each other"),
+])
+def test_startup_errors_exit_1_before_binding(args, fragment):
+    from conftest import BIN, free_port
+    port = free_port()
+    out = subprocess.run([BIN, "serve", "-m", MODEL, "--port", str(port), *args], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert fragment in out.stderr and "listening" not in out.stderr, out.stderr
