@@ -30,6 +30,16 @@ void split_name(const std::string& name, std::string& stem, std::string& param) 
   param = "weight";
 }
 
+// The whole of one tensor as an update's target.
+Binding whole_tensor(const std::string& name, const Shape& shape) {
+  Binding b;
+  b.one_dimensional = shape.size() == 1;
+  b.delta_rows = shape.empty() ? 1 : shape[0];
+  b.delta_cols = shape.size() >= 2 ? shape_numel(shape) / shape[0] : 0;
+  b.slices.push_back({name, 0, 0, b.delta_rows});
+  return b;
+}
+
 }  // namespace
 
 std::vector<std::string> module_aliases(const std::string& stem) {
@@ -58,12 +68,21 @@ void WeightAdapterBindings::add_tensor(const std::string& name, const Shape& sha
   std::string stem, param;
   split_name(name, stem, param);
   shapes_[name] = shape;
-  Binding b;
-  b.one_dimensional = shape.size() == 1;
-  b.delta_rows = shape.empty() ? 1 : shape[0];
-  b.delta_cols = shape.size() >= 2 ? shape_numel(shape) / shape[0] : 0;
-  b.slices.push_back({name, 0, 0, b.delta_rows});
-  register_aliases(stem, param, b, name);
+  register_aliases(stem, param, whole_tensor(name, shape), name);
+}
+
+void WeightAdapterBindings::add_alias(const std::string& alias, const std::string& tensor) {
+  auto s = tensor_shape(tensor);
+  if (!s) fail("adapter bindings: alias '", alias, "' names unknown tensor '", tensor, "'");
+  std::string stem, param;
+  split_name(tensor, stem, param);
+  const std::string key = alias + "|" + param;
+  auto it = owners_.find(key);
+  if (it != owners_.end() && it->second != tensor)
+    fail("adapter bindings: alias '", alias, "' (", param, ") would map to both '", it->second, "' and '", tensor,
+         "'; refusing to pick one");
+  owners_[key] = tensor;
+  aliases_[key] = whole_tensor(tensor, *s);
 }
 
 void WeightAdapterBindings::add_fused_split(const std::string& external_module, const std::vector<std::string>& parts) {

@@ -19,6 +19,7 @@ const char* format_name(AdapterFormat f) {
     case AdapterFormat::Peft: return "peft";
     case AdapterFormat::Kohya: return "kohya";
     case AdapterFormat::Lycoris: return "lycoris";
+    case AdapterFormat::Gguf: return "gguf";
   }
   return "?";
 }
@@ -224,8 +225,8 @@ namespace {
 const char* kWhatGraftReads =
     "graft reads: a PEFT directory (adapter_config.json with peft_type LORA or LOKR + adapter_model.safetensors), "
     "an mlx-lm adapter directory (adapter_config.json with fine_tune_type/lora_parameters + adapters.safetensors), "
-    "or a single ComfyUI/kohya/A1111/LyCORIS .safetensors file (lora_up/lora_down/alpha, diff, diff_b, set_weight, "
-    "lokr_*)";
+    "a single ComfyUI/kohya/A1111/LyCORIS .safetensors file (lora_up/lora_down/alpha, diff, diff_b, set_weight, "
+    "lokr_*), or a llama.cpp GGUF LoRA adapter (.gguf from convert_lora_to_gguf.py)";
 
 }  // namespace
 
@@ -246,12 +247,13 @@ WeightAdapter read_weight_adapter(const std::string& path) {
   std::string lower = std::filesystem::path(path).filename().string();
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   if (ends_with(lower, ".safetensors")) return import_single_file(path);
+  if (ends_with(lower, ".gguf")) return import_gguf(path);
   for (const char* ext : {".bin", ".pt", ".pth", ".ckpt", ".pkl"})
     if (ends_with(lower, ext))
       fail("'", path, "': pickle checkpoints are not read; convert to safetensors");
   if (lower == "adapter_config.json")
     fail("'", path, "': pass the adapter directory, not its config file; ", kWhatGraftReads);
-  fail("'", path, "': unrecognized adapter file (expected a .safetensors file or an adapter directory); ",
+  fail("'", path, "': unrecognized adapter file (expected a .safetensors or .gguf file or an adapter directory); ",
        kWhatGraftReads);
 }
 

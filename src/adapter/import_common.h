@@ -93,5 +93,6 @@ void finalize_targets(WeightAdapter& out, const std::string& file);
 WeightAdapter import_mlx(const std::string& dir, const std::string& config_path, const Json& cfg);
 WeightAdapter import_peft(const std::string& dir, const std::string& config_path, const Json& cfg);
 WeightAdapter import_single_file(const std::string& path);
+WeightAdapter import_gguf(const std::string& path);
 
 }  // namespace graft::adapter::detail

@@ -64,7 +64,13 @@ BaseCheckpoint open_base_checkpoint(const std::string& path) {
 std::shared_ptr<adapter::WeightAdapterPlan> bind_for_fuse(const BaseCheckpoint& base,
                                                           const std::vector<adapter::AdapterUse>& adapters,
                                                           bool allow_quantized) {
-  if (!base.config) return adapter::bind_weight_adapter(adapters, base.bindings, *base.source);
+  if (!base.config) {
+    for (const auto& a : adapters)
+      if (a.adapter->format == adapter::AdapterFormat::Gguf)
+        fail("GGUF adapter '", a.adapter->path, "' binds to Llama-family models only (llama.cpp tensor names and ",
+             "q/k row order need the family); '", base.path, "' is a ", base.kind, " without a supported config.json");
+    return adapter::bind_weight_adapter(adapters, base.bindings, *base.source);
+  }
   return model::bind_model_adapters(*base.config, *base.source, adapters, model::AdapterPath::Fused,
                                     base.quantized_weights, allow_quantized);
 }

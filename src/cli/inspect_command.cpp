@@ -44,7 +44,7 @@ int run_inspect(const InspectArgs& a) {
   nlohmann::json plan_json;
   if (!a.base.empty()) {
     BaseCheckpoint base = open_base_checkpoint(a.base);
-    auto plan = adapter::bind_weight_adapter(uses, base.bindings, *base.source);
+    auto plan = bind_for_fuse(base, uses, /*allow_quantized=*/true);
     plan_json = adapter::describe_plan(*plan);
     plan_json["base"] = a.base;
     plan_json["base_kind"] = base.kind;
@@ -63,7 +63,7 @@ int run_inspect(const InspectArgs& a) {
 
 Runner add_inspect_command(CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();
-  app.add_option("adapter", a->adapter, "Adapter directory (mlx-lm, PEFT) or file (ComfyUI/kohya/LyCORIS .safetensors)")
+  app.add_option("adapter", a->adapter, "Adapter directory (mlx-lm, PEFT) or file (ComfyUI/kohya/LyCORIS .safetensors, llama.cpp .gguf)")
       ->required();
   app.add_option("--base", a->base, "Also validate against this base model and list the tensors it changes");
   app.add_flag("--json", a->json, "Print JSON instead of a table");

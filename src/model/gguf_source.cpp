@@ -5,6 +5,7 @@
 #include "graft/core/error.h"
 #include "graft/io/gguf.h"
 #include "graft/model/family.h"
+#include "graft/model/gguf_adapters.h"
 #include "graft/model/loader.h"
 
 namespace graft::model {
@@ -55,27 +56,12 @@ class GgufTensorSource : public io::TensorSource {
     Tensor t = file_->tensor(it->second);
     auto h = heads_.find(name);
     if (dtype_is_quantized(t.dtype) || h != heads_.end()) t = to_f32(t);
-    if (h != heads_.end()) unpermute_rows(t, h->second);
+    if (h != heads_.end()) t = unpermute_gguf_rope_rows(t, h->second);
     return t;
   }
   std::string describe() const override { return "GGUF '" + file_->path() + "'"; }
 
  private:
-  // llama.cpp stores row (h, j*2 + s) for Hugging Face row (h, s*half + j): interleaved RoPE pairs.
-  static void unpermute_rows(Tensor& t, int64_t n_heads) {
-    const int64_t rows = t.shape[0];
-    const int64_t cols = t.shape.size() > 1 ? t.shape[1] : 1;
-    const int64_t head_dim = rows / n_heads, half = head_dim / 2;
-    std::vector<float> src(t.as<float>(), t.as<float>() + rows * cols);
-    float* dst = t.mutable_as<float>();
-    for (int64_t h = 0; h < n_heads; ++h)
-      for (int64_t s = 0; s < 2; ++s)
-        for (int64_t j = 0; j < half; ++j) {
-          const float* from = &src[(h * head_dim + j * 2 + s) * cols];
-          std::copy(from, from + cols, dst + (h * head_dim + s * half + j) * cols);
-        }
-  }
-
   std::shared_ptr<io::GgufFile> file_;
   std::map<std::string, std::string> hf_to_gguf_;
   std::map<std::string, int64_t> heads_;  // permuted tensors -> number of heads

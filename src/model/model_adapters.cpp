@@ -5,6 +5,7 @@
 
 #include "graft/core/error.h"
 #include "graft/model/adapter_bindings.h"
+#include "graft/model/gguf_adapters.h"
 
 namespace graft::model {
 
@@ -23,6 +24,7 @@ adapter::WeightAdapterBindings bindings_for_model(const ModelConfig& config, con
   adapter::WeightAdapterBindings b = model_adapter_bindings(config, source);
   if (config.tie_word_embeddings && !source.has(kLmHeadName))
     b.add_tensor(kLmHeadName, {config.vocab_size, config.hidden_size});
+  add_gguf_tensor_aliases(b, config);
   return b;
 }
 
@@ -54,10 +56,12 @@ void check_tied_head_rules(const ModelConfig& config, const FamilyTraits& family
 
 std::shared_ptr<adapter::WeightAdapterPlan> bind_model_adapters(const ModelConfig& config,
                                                                 const io::TensorSource& source,
-                                                                const std::vector<adapter::AdapterUse>& adapters,
+                                                                const std::vector<adapter::AdapterUse>& uses,
                                                                 AdapterPath path,
                                                                 const std::vector<std::string>& quantized_weights,
                                                                 bool allow_requantize) {
+  // The plan keeps these (GGUF adapters in this model's q/k row order), so every path reads them.
+  const std::vector<adapter::AdapterUse> adapters = gguf_adapters_for_model(config, uses);
   const adapter::WeightAdapterBindings bindings = bindings_for_model(config, source);
   check_tied_head_rules(config, family(config.model_type), adapters, bindings, path);
   adapter::BindOptions bo;

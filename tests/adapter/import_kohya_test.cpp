@@ -231,8 +231,10 @@ TEST(ImportDetect, ConfigOfUnknownLayout) {
 TEST(ImportDetect, MissingPathAndOtherFiles) {
   TempDir d;
   expect_error([&] { read_weight_adapter(d.file("nope")); }, {d.file("nope"), "no such file"});
-  std::string gguf = d.write_json("adapter.gguf", "x");
-  expect_error([&] { read_weight_adapter(gguf); }, {gguf, "unrecognized"});
+  std::string gguf = d.write_json("adapter.gguf", "x");  // read as a llama.cpp GGUF adapter, which it is not
+  expect_error([&] { read_weight_adapter(gguf); }, {gguf, "not a GGUF file"});
+  std::string other = d.write_json("adapter.onnx", "x");
+  expect_error([&] { read_weight_adapter(other); }, {other, "unrecognized"});
   std::string ckpt = d.write_json("adapter.ckpt", "x");
   expect_error([&] { read_weight_adapter(ckpt); }, {ckpt, "pickle checkpoints are not read; convert to safetensors"});
   std::string empty = d.write_tensors("empty.safetensors", {});

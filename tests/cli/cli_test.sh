@@ -114,6 +114,28 @@ expect_error fuse-dequantize-dense "is not a quantized checkpoint" -- fuse --bas
 expect_error fuse-tied-lm-head "ties lm_head to embed_tokens" -- fuse --base "$SRC/tests/fixtures/models/qwen2_f32" \
   --adapter "$SRC/tests/fixtures/engine_adapters/embed/peft_lm_head_qwen2_f32" --out "$TMP/never"
 
+# llama.cpp GGUF LoRA adapters (convert_lora_to_gguf.py output): inspect shows the GGUF metadata;
+# fused and unfused give the PEFT adapter's greedy text; another architecture is refused by name.
+GLORA=$SRC/tests/fixtures/gguf_adapters/llama_f32_lora.q8_0.gguf
+ELORA=$SRC/tests/fixtures/engine_adapters/llama_f32/peft_lora
+"$GRAFT" inspect "$GLORA" --base "$TINY" >"$TMP/out" 2>"$TMP/err" || fail "inspect GGUF adapter: $(cat "$TMP/err")"
+grep -q "format:   gguf" "$TMP/out" || fail "inspect does not report the GGUF format: $(head -5 "$TMP/out")"
+grep -q "adapter.lora.alpha: 8" "$TMP/out" || fail "inspect lacks the GGUF metadata"
+grep -q "tensor_types: F16 x14, Q8_0 x14" "$TMP/out" || fail "inspect lacks the stored tensor types"
+grep -q "model.layers.0.self_attn.q_proj.weight" "$TMP/out" || fail "inspect --base does not bind GGUF names"
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --adapter "$ELORA" >"$TMP/peft_text" 2>/dev/null
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --adapter "$GLORA" >"$TMP/gguf_fused" 2>"$TMP/err" \
+  || fail "generate --adapter GGUF: $(cat "$TMP/err")"
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --lora "$GLORA" >"$TMP/gguf_unfused" 2>"$TMP/err" \
+  || fail "generate --lora GGUF: $(cat "$TMP/err")"
+cmp -s "$TMP/gguf_fused" "$TMP/peft_text" || fail "GGUF adapter (fused) text differs from the PEFT adapter's"
+cmp -s "$TMP/gguf_unfused" "$TMP/peft_text" || fail "GGUF adapter (unfused) text differs from the PEFT adapter's"
+expect_error gguf-arch "maybe wrong base model?" -- generate -m "$TINY" -p hi \
+  --lora "$SRC/tests/fixtures/gguf_adapters/qwen2_f32_lora.f32.gguf"
+expect_error gguf-model-as-adapter "general.type is missing" -- generate -m "$TINY" -p hi \
+  --adapter "$SRC/tests/fixtures/gguf/small.gguf"
+"$GRAFT" fuse --base "$TINY" --adapter "$GLORA" --out "$TMP/gfused" >/dev/null 2>"$TMP/err" || fail "fuse GGUF: $(cat "$TMP/err")"
+
 # graft quantize: writes an mlx-lm checkpoint graft loads; refuses bad settings and existing output.
 "$GRAFT" quantize -m "$TINY" -o "$TMP/q4" --bits 4 --group-size 32 2>"$TMP/err" || fail "quantize: $(cat "$TMP/err")"
 grep -q '"bits": 4' "$TMP/q4/config.json" || fail "quantized config lacks the quantization block"

@@ -44,6 +44,10 @@ class WeightAdapterBindings {
   void add_fused_part(const std::string& external_module, const std::string& fused_tensor, int64_t row_offset,
                       int64_t rows);
 
+  // One exact extra name (no generated variants) for a tensor already added, as the same param:
+  // llama.cpp's GGUF names ("blk.0.attn_q" for "model.layers.0.self_attn.q_proj.weight").
+  void add_alias(const std::string& alias, const std::string& tensor);
+
   // The binding of (module as the adapter file spells it, "weight" | "bias"), if any alias matches.
   const Binding* resolve(const std::string& module, const std::string& param) const;
   std::optional<Shape> tensor_shape(const std::string& tensor) const;

@@ -17,7 +17,7 @@
 
 namespace graft::adapter {
 
-enum class AdapterFormat { MlxLm, Peft, Kohya, Lycoris };
+enum class AdapterFormat { MlxLm, Peft, Kohya, Lycoris, Gguf };
 const char* format_name(AdapterFormat f);
 
 // ΔW = scale · B·A with A = [r, in], B = [out, r] (PEFT orientation; mlx-lm files are transposed at
@@ -86,6 +86,9 @@ struct WeightAdapter {
   std::vector<AdapterTarget> targets;  // sorted by (module, param); at most one per parameter
   std::vector<BaseWeightCopy> base_copies;
   // Informational metadata kept from the config (rank, alpha, target_modules, base model...).
+  // GGUF adapters keep every general.* / adapter.* key verbatim, plus "architecture", "alpha" and,
+  // when the file sets them, "task_name" and "prompt_prefix" (adapter.lora.task_name /
+  // adapter.lora.prompt_prefix, what llama.cpp's server reports per adapter).
   std::map<std::string, std::string> metadata;
 };
 
@@ -94,7 +97,10 @@ struct WeightAdapter {
 //  * a directory whose adapter_config.json holds `fine_tune_type` or `lora_parameters` → mlx-lm
 //    native (adapters.safetensors, else adapter_model.safetensors);
 //  * a single .safetensors file → ComfyUI / kohya / A1111 / LyCORIS by its keys. A config file
-//    lying beside it is never read.
+//    lying beside it is never read;
+//  * a .gguf file with general.type "adapter" → llama.cpp LoRA (convert_lora_to_gguf.py). Its
+//    modules keep llama.cpp's tensor names; model/ binds them (and un-permutes q/k rows, see
+//    model/gguf_adapters.h) since that needs the base's family and head counts.
 // Scales are resolved here (metadata scale only; the user's strength is applied at bind time).
 // Embedding layout is recognized by module name where the file format does not say it (mlx-lm:
 // a module whose last path component is `embed_tokens`), since the importer has no model.

@@ -21,7 +21,7 @@ enum class AdapterPath { Fused, Unfused };
 
 // The model's bindings (model_adapter_bindings) plus, on a tied checkpoint without a stored
 // lm_head, an `lm_head` binding of the embedding's shape so an lm_head pair resolves and is
-// refused by name instead of reading as "no matching weight".
+// refused by name instead of reading as "no matching weight", plus llama.cpp's GGUF tensor names.
 adapter::WeightAdapterBindings bindings_for_model(const ModelConfig& config, const io::TensorSource& source);
 
 // Throws (listing every offending adapter module) if the tied-head rules above are broken.
@@ -30,7 +30,8 @@ void check_tied_head_rules(const ModelConfig& config, const FamilyTraits& family
                            const adapter::WeightAdapterBindings& bindings, AdapterPath path);
 
 // check_tied_head_rules, then bind_weight_adapter against the model's bindings. Nothing is read
-// or changed. Fusing into a quantized checkpoint's quantized weight is refused here too (naming
+// or changed. GGUF adapters are first checked and put in this model's row order
+// (gguf_adapters_for_model); the plan holds those copies, so use plan->adapters, not `adapters`. Fusing into a quantized checkpoint's quantized weight is refused here too (naming
 // the tensors), unless allow_requantize.
 std::shared_ptr<adapter::WeightAdapterPlan> bind_model_adapters(const ModelConfig& config,
                                                                 const io::TensorSource& source,
