@@ -114,7 +114,7 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
   stats_.deferred = static_cast<int64_t>(queue_.size());
 }
 
-void Scheduler::finish(size_t i) {
+void Scheduler::finish(size_t i, const char* why) {
   Slot& s = slots_[i];
   engine::Sequence& q = *s.seq;
   JobEvent e;
@@ -134,6 +134,11 @@ void Scheduler::finish(size_t i) {
   s.cached = q.prompt();
   s.cached.insert(s.cached.end(), q.generated().begin(), q.generated().end());
   s.cached.resize(static_cast<size_t>(std::min<int64_t>(s.cache->size(), static_cast<int64_t>(s.cached.size()))));
+  if (why) {
+    e.failed = true;
+    e.error_kind = ErrorKind::kLimit;
+    e.error = why;
+  }
   s.job->push(std::move(e));
   s.job.reset();
   s.seq.reset();
@@ -167,7 +172,7 @@ void Scheduler::loop() {
       for (size_t i = 0; i < slots_.size(); ++i)
         if (slots_[i].job) {
           slots_[i].seq->cancel();
-          finish(i);
+          finish(i, "the server is shutting down");
         }
       return;
     }
@@ -178,7 +183,7 @@ void Scheduler::loop() {
       Slot& s = slots_[i];
       if (s.job && (s.job->cancelled || now > s.job->deadline)) {
         s.seq->cancel();
-        finish(i);
+        finish(i, s.job->cancelled ? nullptr : "the request ran past --timeout and was stopped");
       }
     }
     std::vector<size_t> active;

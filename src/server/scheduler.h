@@ -67,7 +67,8 @@ class Scheduler {
   void loop();
   void admit(std::unique_lock<std::mutex>& lock);
   void start(size_t slot, std::shared_ptr<CompletionJob> job);
-  void finish(size_t slot);
+  // Sends the final event and frees the slot; `why` makes it an error (timeout, shutdown).
+  void finish(size_t slot, const char* why = nullptr);
   void fail_active(const std::exception& e);
 
   engine::Engine& engine_;

@@ -331,7 +331,7 @@ def test_client_disconnect_mid_stream_frees_the_slot(server):
 
 def test_api_key_and_init_without_apply(server):
     base = tokens_of(server, PROMPT, lora=[])
-    s = Server("--lora", PEFT, "--lora-init-without-apply", api_key="s3cret")
+    s = Server("--lora", PEFT, "--lora-init-without-apply", "--timeout", "3", api_key="s3cret")
     try:
         assert requests.get(s.url + "/health").status_code == 200  # no key needed
         r = requests.get(s.url + "/lora-adapters")
@@ -342,6 +342,9 @@ def test_api_key_and_init_without_apply(server):
         assert tokens_of(s, PROMPT) == base, "--lora-init-without-apply output differs from the base model"
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="s3cret")
         assert client.completions.create(model="x", prompt=PROMPT, max_tokens=4, temperature=0).choices
+        r = s.post("/completion", {"prompt": PROMPT, "n_predict": 100000, "ignore_eos": True})
+        assert "--timeout" in error_of(r, 503, "unavailable_error")
+        assert tokens_of(s, PROMPT) == base
     finally:
         assert s.stop(signal.SIGINT) == 0, s.output()
 
