@@ -25,6 +25,12 @@ expect_error() {
 
 "$GRAFT" --help >"$TMP/help" || fail "graft --help"
 grep -q generate "$TMP/help" || fail "graft --help does not list generate"
+grep -q serve "$TMP/help" || fail "graft --help does not list serve"
+"$GRAFT" serve --help >"$TMP/help" || fail "graft serve --help"
+for opt in --model --host --port --ctx-size --parallel --threads --api-key --lora --adapter --lora-scaled \
+    --lora-init-without-apply --lora-fuse --metrics --alias --timeout --q-bits --no-mmap --merge-policy; do
+  grep -qF -- "$opt" "$TMP/help" || fail "serve --help lacks $opt"
+done
 "$GRAFT" generate --help >"$TMP/help" || fail "graft generate --help"
 for opt in --model --prompt --prompt-file --chat --system --max-tokens --temp --top-k --top-p --min-p --seed --threads --ctx-size; do
   grep -qF -- "$opt" "$TMP/help" || fail "generate --help lacks $opt"

@@ -361,6 +361,15 @@ def test_lora_fuse_mode(server):
         r = s.post("/completion", {"prompt": PROMPT, "lora": []})
         error_of(r, 400, "not_supported_error")
         assert tokens_of(s, PROMPT, lora=[{"id": 0, "scale": 0.5}]) == half
+        # SIGTERM with a request in flight: it is stopped and answered, and the process exits 0.
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault(
+            "r", s.post("/completion", {"prompt": PROMPT, "n_predict": 100000, "ignore_eos": True})))
+        t.start()
+        time.sleep(1.0)
+        assert s.stop() == 0, s.output()
+        t.join()
+        assert "shutting down" in error_of(result["r"], 503, "unavailable_error")
     finally:
         assert s.stop() == 0, s.output()
 
