@@ -331,7 +331,7 @@ def test_client_disconnect_mid_stream_frees_the_slot(server):
 
 def test_api_key_and_init_without_apply(server):
     base = tokens_of(server, PROMPT, lora=[])
-    s = Server("--lora", PEFT, "--lora-init-without-apply", "--timeout", "3", api_key="s3cret")
+    s = Server("--lora", PEFT, "--lora-init-without-apply", "--timeout", "30", api_key="s3cret")
     try:
         assert requests.get(s.url + "/health").status_code == 200  # no key needed
         r = requests.get(s.url + "/lora-adapters")
