@@ -12,5 +12,6 @@ Runner add_inspect_command(CLI::App& app);
 Runner add_fuse_command(CLI::App& app);
 Runner add_quantize_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
+Runner add_convert_command(CLI::App& app);
 
 }  // namespace graft::cli

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   runners[inspect] = graft::cli::add_inspect_command(*inspect);
   auto* fuse = app.add_subcommand("fuse", "Merge adapters into a base checkpoint and write a safetensors checkpoint");
   runners[fuse] = graft::cli::add_fuse_command(*fuse);
+  auto* convert = app.add_subcommand("convert", "Write an adapter as a llama.cpp GGUF LoRA file for a Llama-family base");
+  runners[convert] = graft::cli::add_convert_command(*convert);
   auto* quantize = app.add_subcommand("quantize", "Write an mlx-lm affine-quantized (4/8-bit) copy of a Hugging Face model");
   runners[quantize] = graft::cli::add_quantize_command(*quantize);
   try {

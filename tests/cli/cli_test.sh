@@ -67,7 +67,7 @@ expect_error fuse-bad-scale "is not a finite number" -- fuse --base "$TINY" --ad
 expect_error fuse-bad-policy "RankWiseF32" -- fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/never" --policy Fancy
 expect_error fuse-existing-out "not empty" -- fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/fused"
 expect_error inspect-missing "no such file or directory" -- inspect "$TMP/no-adapter"
-for sub in inspect fuse quantize; do "$GRAFT" $sub --help >/dev/null || fail "graft $sub --help"; done
+for sub in inspect fuse quantize convert; do "$GRAFT" $sub --help >/dev/null || fail "graft $sub --help"; done
 
 # Adapters in generate: fused (--adapter) and unfused (--lora) give the same greedy text; bad
 # scales, adapters for another base, broken files and quantized fusing are refused up front.
@@ -141,6 +141,14 @@ expect_error gguf-arch "maybe wrong base model?" -- generate -m "$TINY" -p hi \
 expect_error gguf-model-as-adapter "general.type is missing" -- generate -m "$TINY" -p hi \
   --adapter "$SRC/tests/fixtures/gguf/small.gguf"
 "$GRAFT" fuse --base "$TINY" --adapter "$GLORA" --out "$TMP/gfused" >/dev/null 2>"$TMP/err" || fail "fuse GGUF: $(cat "$TMP/err")"
+"$GRAFT" convert --base "$TINY" --adapter "$ELORA" --out "$TMP/conv.gguf" 2>"$TMP/err" || fail "convert: $(cat "$TMP/err")"
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --lora "$TMP/conv.gguf" >"$TMP/conv_text" 2>"$TMP/err" \
+  || fail "generate --lora converted: $(cat "$TMP/err")"
+cmp -s "$TMP/conv_text" "$TMP/peft_text" || fail "graft-converted GGUF adapter text differs from the PEFT adapter's"
+expect_error convert-existing "refusing to overwrite" -- convert --base "$TINY" --adapter "$ELORA" --out "$TMP/conv.gguf"
+expect_error convert-lokr "low-rank pairs only" -- convert --base "$TINY" --adapter "$SRC/tests/fixtures/adapters/peft_lokr" \
+  --out "$TMP/never.gguf"
+[ -e "$TMP/never.gguf" ] && fail "a refused convert wrote its output"
 
 # graft quantize: writes an mlx-lm checkpoint graft loads; refuses bad settings and existing output.
 "$GRAFT" quantize -m "$TINY" -o "$TMP/q4" --bits 4 --group-size 32 2>"$TMP/err" || fail "quantize: $(cat "$TMP/err")"

@@ -28,6 +28,8 @@
 #include "graft/adapter/weight_adapter.h"
 #include "graft/core/convert.h"
 #include "graft/core/error.h"
+#include "graft/io/gguf.h"
+#include "graft/io/gguf_writer.h"
 #include "graft/model/gguf_adapters.h"
 #include "graft/model/loader.h"
 #include "graft/model/model_adapters.h"
@@ -170,6 +172,73 @@ TEST(GgufAdapterRows, ConverterPermutesQkRowsAndGraftUndoesThem) {
     EXPECT_NE(f32(g->b), f32(p->b)) << module << ": stored rows already in Hugging Face order?";
     EXPECT_EQ(f32(unpermute_gguf_rope_rows(g->b, heads)), f32(p->b)) << module;
     EXPECT_EQ(f32(g->a), f32(p->a)) << module;
+  }
+}
+
+// graft convert's writer against llama.cpp's converter on the same PEFT adapter: the same tensor
+// names, GGML types, shapes and bytes, and the same alpha and architecture (exact: both copy the
+// F32 factors, permute the same q/k rows and transpose the same token_embd factor).
+class GgufExport : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GgufExport, WritesWhatLlamaCppsConverterWrites) {
+  const Case c = GetParam();
+  ModelSource m = open_model_source(test::fixture(std::string("models/") + c.model));
+  const GgufLoraFile f =
+      gguf_lora_for_model(m.config, *m.source, {read(test::fixture(std::string("engine_adapters/") + c.peft)), 1.0f});
+  EXPECT_FALSE(f.scales_folded);
+  const std::string out = (fs::temp_directory_path() / ("graft_gguf_export_" + std::to_string(::getpid()) + ".gguf")).string();
+  io::write_gguf(out, f.metadata, f.tensors);
+  auto mine = io::GgufFile::open(out);
+  auto ref = io::GgufFile::open(test::fixture(std::string("gguf_adapters/") + c.file));
+  for (const char* k : {"general.architecture", "general.type", "adapter.type"})
+    EXPECT_EQ(mine->require_string(k), ref->require_string(k)) << k;
+  EXPECT_EQ(mine->optional_float("adapter.lora.alpha"), ref->optional_float("adapter.lora.alpha"));
+  ASSERT_EQ(mine->tensors().size(), ref->tensors().size());
+  for (const auto& t : ref->tensors()) {
+    const io::GgufTensorInfo* g = mine->find(t.name);
+    ASSERT_TRUE(g) << t.name << " not written";
+    EXPECT_EQ(g->ggml_type, t.ggml_type) << t.name;
+    ASSERT_EQ(g->shape, t.shape) << t.name;
+    const Tensor a = mine->tensor(t.name), b = ref->tensor(t.name);
+    EXPECT_EQ(std::memcmp(a.data, b.data, static_cast<size_t>(b.nbytes())), 0) << t.name << " bytes differ";
+  }
+  fs::remove(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Converter, GgufExport,
+                         ::testing::Values(Case{"llama_f32_lora.f32.gguf", "llama_f32", "llama_f32/peft_lora"},
+                                           Case{"qwen2_f32_lora.f32.gguf", "qwen2_f32", "qwen2_f32/peft_lora"},
+                                           Case{"llama_f32_embed.f32.gguf", "llama_f32", "embed/peft_embed_llama_f32"}),
+                         [](const auto& info) { return std::string(info.param.model) + "_" + std::to_string(info.index); });
+
+// Per-module scales (rank_pattern / alpha_pattern) cannot share one alpha: they are folded into
+// lora_b, and reading the file back merges to the original adapter's tensors within F32 rounding
+// of s·B (one rounding per element: 2⁻²⁴ relative to s·Σ|B||A|, checked at 1e-6 of it + |W|·1e-7).
+TEST(GgufExportFolded, PerModuleScalesFoldIntoLoraB) {
+  ModelSource m = open_model_source(test::fixture("models/llama_f32"));
+  auto src = read(test::fixture("adapters/peft_patterns"));
+  const GgufLoraFile f = gguf_lora_for_model(m.config, *m.source, {src, 0.5f});
+  EXPECT_TRUE(f.scales_folded);
+  const std::string out = (fs::temp_directory_path() / ("graft_gguf_fold_" + std::to_string(::getpid()) + ".gguf")).string();
+  io::write_gguf(out, f.metadata, f.tensors);
+  auto back = read(out);
+  fs::remove(out);
+  auto p0 = bind_model_adapters(m.config, *m.source, {{src, 0.5f}}, AdapterPath::Fused);
+  auto p1 = bind_model_adapters(m.config, *m.source, {{back, 1.0f}}, AdapterPath::Fused);
+  ASSERT_EQ(p0->updates.size(), p1->updates.size());
+  adapter::AdaptedSourceOptions ao;
+  ao.dtype = DType::F32;
+  auto w0 = adapter::make_weight_adapter_source(m.source, p0, ao);
+  auto w1 = adapter::make_weight_adapter_source(m.source, p1, ao);
+  for (const auto& [tensor, u] : p0->updates) {
+    const Tensor a = w0->read(tensor), b = w1->read(tensor), base = to_f32(m.source->read(tensor));
+    float worst = 0, moved = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      worst = std::max(worst, std::abs(a.as<float>()[i] - b.as<float>()[i]));
+      moved = std::max(moved, std::abs(a.as<float>()[i] - base.as<float>()[i]));
+    }
+    EXPECT_LE(worst, 1e-6f * moved + 1e-7f) << tensor;
+    EXPECT_GT(moved, 1e-3f) << tensor;
   }
 }
 
