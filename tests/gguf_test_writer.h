@@ -37,7 +37,7 @@ namespace gguf_ids {
 // GGUF metadata value types and GGML tensor types.
 constexpr uint32_t kU8 = 0, kI8 = 1, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9,
                    kU64 = 10, kI64 = 11, kF64 = 12;
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ8_0 = 8, kGgmlQ4_K = 12, kGgmlI32 = 26,
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ8_0 = 8, kGgmlQ4_K = 12, kGgmlIQ2_XXS = 16, kGgmlI32 = 26,
                    kGgmlF64 = 28, kGgmlBF16 = 30;
 }  // namespace gguf_ids
 

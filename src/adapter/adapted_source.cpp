@@ -13,13 +13,15 @@ WeightAdapterSource::WeightAdapterSource(std::shared_ptr<const io::TensorSource>
 
 std::optional<io::TensorInfo> WeightAdapterSource::info(const std::string& name) const {
   auto i = base_->info(name);
-  if (i && plan_->adapts(name) && options_.dtype) i->dtype = *options_.dtype;
+  // A merged tensor is plain floating point: the requested dtype, else the base's (F32 for a
+  // block-quantized base, which is dequantized to merge).
+  if (i && plan_->adapts(name)) i->dtype = options_.dtype.value_or(dtype_is_quantized(i->dtype) ? DType::F32 : i->dtype);
   return i;
 }
 
 Tensor WeightAdapterSource::read(const std::string& name) const {
   if (!plan_->adapts(name)) return base_->read(name);
-  return read_as(name, options_.dtype.value_or(base_->info(name)->dtype));
+  return read_as(name, info(name)->dtype);
 }
 
 Tensor WeightAdapterSource::read_as(const std::string& name, DType dtype) const {

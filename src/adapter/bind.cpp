@@ -100,7 +100,10 @@ std::shared_ptr<WeightAdapterPlan> bind_weight_adapter(const std::vector<Adapter
           continue;
         }
         const DType dt = info->dtype;
-        if (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16 && !options.allow_quantized_base) {
+        // GGUF block weights are dequantized to merge and the result stays F32: nothing is
+        // requantized, so they fuse as exactly as dense ones.
+        const bool mergeable = dt == DType::F32 || dt == DType::F16 || dt == DType::BF16 || dtype_is_quantized(dt);
+        if (!mergeable && !options.allow_quantized_base) {
           problems.push_back(describe_target(a, t) + ": base weight '" + s.tensor + "' is stored as " +
                              std::string(dtype_name(dt)) +
                              "; fusing into a quantized weight is refused (it would dequantize, merge and requantize, "

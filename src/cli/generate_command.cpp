@@ -9,6 +9,7 @@
 #include "cli/model_args.h"
 #include "graft/core/error.h"
 #include "graft/engine/generate.h"
+#include "graft/runtime/kernels.h"
 #include "graft/text/chat_prompt.h"
 
 namespace graft::cli {
@@ -47,6 +48,7 @@ int run_generate(const GenerateArgs& a) {
   engine::Engine e(o);
   report_adapters(e, o);
   const model::LoadedModel& m = e.model();
+  std::fprintf(stderr, "%s\n", runtime::describe_kernels(m.weights).c_str());
   const text::Tokenizer& tok = e.tokenizer();
 
   std::vector<int32_t> prompt;

@@ -20,11 +20,26 @@ std::string_view dtype_name(DType t) {
     case DType::Q8_0: return "Q8_0";
     case DType::Q4_0: return "Q4_0";
     case DType::Q4_1: return "Q4_1";
+    case DType::Q5_0: return "Q5_0";
+    case DType::Q5_1: return "Q5_1";
+    case DType::IQ4_NL: return "IQ4_NL";
+    case DType::Q2_K: return "Q2_K";
+    case DType::Q3_K: return "Q3_K";
+    case DType::Q4_K: return "Q4_K";
+    case DType::Q5_K: return "Q5_K";
+    case DType::Q6_K: return "Q6_K";
+    case DType::IQ4_XS: return "IQ4_XS";
   }
   return "?";
 }
 
-int64_t dtype_block_elems(DType t) { return dtype_is_quantized(t) ? 32 : 1; }
+int64_t dtype_block_elems(DType t) {
+  switch (t) {
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_XS:
+      return 256;
+    default: return dtype_is_quantized(t) ? 32 : 1;
+  }
+}
 
 int64_t dtype_block_bytes(DType t) {
   switch (t) {
@@ -35,11 +50,20 @@ int64_t dtype_block_bytes(DType t) {
     case DType::Q8_0: return 34;
     case DType::Q4_0: return 18;
     case DType::Q4_1: return 20;
+    case DType::Q5_0: return 22;
+    case DType::Q5_1: return 24;
+    case DType::IQ4_NL: return 18;
+    case DType::Q2_K: return 84;
+    case DType::Q3_K: return 110;
+    case DType::Q4_K: return 144;
+    case DType::Q5_K: return 176;
+    case DType::Q6_K: return 210;
+    case DType::IQ4_XS: return 136;
   }
   return 0;
 }
 
-bool dtype_is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+bool dtype_is_quantized(DType t) { return t >= DType::Q8_0; }
 
 int64_t dtype_bytes(DType t, int64_t n) {
   int64_t be = dtype_block_elems(t);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "graft/core/error.h"
+#include "graft/core/gguf_blocks.h"
 
 namespace graft {
 
@@ -43,39 +44,6 @@ Tensor Tensor::owned(DType dtype, const Shape& shape, std::vector<uint8_t> bytes
   return t;
 }
 
-namespace {
-// GGUF block formats, little-endian; layouts as in ggml's block_q8_0 / block_q4_0 / block_q4_1.
-uint16_t rd16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
-
-void dequant_q8_0(const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t b = 0; b < n / 32; ++b, src += 34, dst += 32) {
-    float d = f16_to_f32(rd16(src));
-    const int8_t* q = reinterpret_cast<const int8_t*>(src + 2);
-    for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(q[i]);
-  }
-}
-void dequant_q4_0(const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t b = 0; b < n / 32; ++b, src += 18, dst += 32) {
-    float d = f16_to_f32(rd16(src));
-    const uint8_t* q = src + 2;
-    for (int i = 0; i < 16; ++i) {
-      dst[i] = d * static_cast<float>((q[i] & 0x0f) - 8);
-      dst[i + 16] = d * static_cast<float>((q[i] >> 4) - 8);
-    }
-  }
-}
-void dequant_q4_1(const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t b = 0; b < n / 32; ++b, src += 20, dst += 32) {
-    float d = f16_to_f32(rd16(src));
-    float m = f16_to_f32(rd16(src + 2));
-    const uint8_t* q = src + 4;
-    for (int i = 0; i < 16; ++i) {
-      dst[i] = d * static_cast<float>(q[i] & 0x0f) + m;
-      dst[i + 16] = d * static_cast<float>(q[i] >> 4) + m;
-    }
-  }
-}
-}  // namespace
 
 void convert_to_f32(DType t, const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const uint8_t*>(src);
@@ -96,10 +64,9 @@ void convert_to_f32(DType t, const void* src, float* dst, int64_t n) {
         dst[i] = bf16_to_f32(h);
       }
       return;
-    case DType::Q8_0: dequant_q8_0(b, dst, n); return;
-    case DType::Q4_0: dequant_q4_0(b, dst, n); return;
-    case DType::Q4_1: dequant_q4_1(b, dst, n); return;
-    default: fail("cannot convert ", dtype_name(t), " to F32");
+    default:
+      if (dtype_is_quantized(t)) return dequantize_gguf_blocks(t, src, dst, n);
+      fail("cannot convert ", dtype_name(t), " to F32");
   }
 }
 

@@ -38,7 +38,8 @@ constexpr const char* kGgmlTypeNames[] = {
     "I8",      "I16",     "I32",     "I64",      "F64",     "IQ1_M",    "BF16",     "Q4_0_4_4",
     "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",  "TQ2_0",    "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",
 };
-constexpr const char* kSupportedTypes = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, I8, I16, I32, I64";
+constexpr const char* kSupportedTypes =
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, I8, I16, I32, I64";
 
 std::optional<DType> dtype_from_ggml(uint32_t t) {
   switch (t) {
@@ -46,7 +47,16 @@ std::optional<DType> dtype_from_ggml(uint32_t t) {
     case 1: return DType::F16;
     case 2: return DType::Q4_0;
     case 3: return DType::Q4_1;
+    case 6: return DType::Q5_0;
+    case 7: return DType::Q5_1;
     case 8: return DType::Q8_0;
+    case 10: return DType::Q2_K;
+    case 11: return DType::Q3_K;
+    case 12: return DType::Q4_K;
+    case 13: return DType::Q5_K;
+    case 14: return DType::Q6_K;
+    case 20: return DType::IQ4_NL;
+    case 23: return DType::IQ4_XS;
     case 24: return DType::I8;
     case 25: return DType::I16;
     case 26: return DType::I32;

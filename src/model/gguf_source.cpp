@@ -1,5 +1,7 @@
 // A GGUF file seen as a Hugging Face checkpoint: names mapped back, llama.cpp's q/k row permutation
-// undone, block-quantized tensors dequantized to F32 on read.
+// undone. Tensors keep their stored dtype, block-quantized ones included (views of the mapping; the
+// permuted q/k rows are reordered into a copy, bytes moved, values untouched).
+#include <cstring>
 #include <map>
 
 #include "graft/core/error.h"
@@ -47,16 +49,14 @@ class GgufTensorSource : public io::TensorSource {
     auto it = hf_to_gguf_.find(name);
     if (it == hf_to_gguf_.end()) return std::nullopt;
     const io::GgufTensorInfo* t = file_->find(it->second);
-    // Block-quantized tensors are served dequantized, so report what read() returns.
-    return io::TensorInfo{dtype_is_quantized(t->dtype) ? DType::F32 : t->dtype, t->shape};
+    return io::TensorInfo{t->dtype, t->shape};
   }
   Tensor read(const std::string& name) const override {
     auto it = hf_to_gguf_.find(name);
     if (it == hf_to_gguf_.end()) fail("GGUF '", file_->path(), "': no tensor for '", name, "'");
     Tensor t = file_->tensor(it->second);
     auto h = heads_.find(name);
-    if (dtype_is_quantized(t.dtype) || h != heads_.end()) t = to_f32(t);
-    if (h != heads_.end()) t = unpermute_gguf_rope_rows(t, h->second);
+    if (h != heads_.end()) t = unpermute_gguf_rope_rows(t, h->second);  // rows moved as bytes, any dtype
     return t;
   }
   std::string describe() const override { return "GGUF '" + file_->path() + "'"; }

@@ -32,12 +32,12 @@ struct Loader {
       return false;
     }
     const DType t = info->dtype;
-    if (t != DType::F32 && t != DType::F16 && t != DType::BF16) {
+    // GGUF block formats are kept as stored for matrices (the kernels read them in place).
+    if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && !(matrix && dtype_is_quantized(t))) {
       problems.push_back("tensor '" + name + "' has dtype " + std::string(dtype_name(t)) +
-                         ", expected F32, F16 or BF16");
+                         (matrix ? ", expected F32, F16, BF16 or a GGUF block format" : ", expected F32, F16 or BF16"));
       return false;
     }
-    (void)matrix;
     return true;
   }
 };
@@ -56,7 +56,8 @@ Matrix read_matrix_stored(const io::TensorSource& s, const std::string& name, co
   Tensor t = s.read(name);
   if (o.weight_dtype) t = convert_tensor(t, *o.weight_dtype);
   if (o.quantize && t.shape.size() == 2 && t.shape[1] % o.quantize->group_size == 0)
-    return Matrix::of(quantize_affine(t, o.quantize->bits, o.quantize->group_size, t.dtype));
+    return Matrix::of(quantize_affine(t, o.quantize->bits, o.quantize->group_size,
+                                      dtype_is_quantized(t.dtype) ? DType::F32 : t.dtype));
   return Matrix::of(t);
 }
 

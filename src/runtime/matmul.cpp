@@ -7,7 +7,9 @@
 
 #include "graft/core/error.h"
 #include "graft/runtime/kernels.h"
+#include "graft/model/weights.h"
 #include "runtime/matmul_internal.h"
+#include "runtime/matmul_q8.h"
 
 namespace graft::runtime {
 
@@ -57,8 +59,8 @@ namespace {
 
 void check_args(const char* who, const float* x, int64_t m, int64_t k, const Tensor& w,
                 const float* y) {
-  if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16)
-    fail(who, ": weight dtype ", dtype_name(w.dtype), " is not supported (F32, F16 or BF16)");
+  if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16 && !detail::quant_format(w.dtype))
+    fail(who, ": weight dtype ", dtype_name(w.dtype), " is not supported (F32, F16, BF16 or a GGUF block format)");
   if (w.shape.size() != 2 || w.shape[1] != k)
     fail(who, ": weight shape ", shape_str(w.shape), " does not match [n, k] with k = ", k);
   if (m < 0) fail(who, ": m = ", m, " is negative");
@@ -79,6 +81,8 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor
   check_args("matmul", x, m, k, w, y);
   const int64_t n = w.shape[0];
   if (m == 0 || n == 0) return;
+  if (dtype_is_quantized(w.dtype))
+    return detail::matmul_blocks(pool, detail::best_q8_kernel(), x, m, k, w, y, accumulate, epilogue);
   const detail::MatmulArgs a{x, m, k, n, w.data, w.dtype, y, accumulate};
   const detail::Isa isa = detail::best_isa();
   const int64_t units = (n + kColUnit - 1) / kColUnit;
@@ -111,6 +115,16 @@ void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, flo
     }
   }
 }
+
+void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate,
+            const ColumnEpilogue* epilogue) {
+  if (w.quantized())
+    matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
+  else
+    matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+}
+
+const char* matmul_q8_kernel() { return detail::q8_kernel_name(detail::best_q8_kernel()); }
 
 const char* matmul_isa() { return detail::best_isa() == detail::Isa::Avx512 ? "avx512" : "avx2"; }
 

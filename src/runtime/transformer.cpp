@@ -114,10 +114,7 @@ void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const f
     }
   };
   const ColumnEpilogue* ep = (has_bias || !active.empty()) ? &epilogue : nullptr;
-  if (w->quantized())
-    matmul_affine(pool, x, m, in, w->quant, y, false, ep);
-  else
-    matmul(pool, x, m, in, w->dense, y, false, ep);
+  matmul(pool, x, m, *w, y, false, ep);
 }
 
 // Input rows: the embedding row of each token (dequantized when the embedding is quantized) plus

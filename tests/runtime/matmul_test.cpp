@@ -166,8 +166,8 @@ TEST(Matmul, SpecialValuesPropagate) {
 TEST(Matmul, RejectsBadArguments) {
   ThreadPool pool(1);
   std::vector<float> x(8), y(8);
-  const Tensor q = Tensor::owned(DType::Q8_0, {1, 32}, std::vector<uint8_t>(34));
-  EXPECT_THROW(matmul(pool, x.data(), 1, 32, q, y.data()), Error);
+  const Tensor q = Tensor::owned(DType::I32, {1, 8}, std::vector<uint8_t>(32));
+  EXPECT_THROW(matmul(pool, x.data(), 1, 8, q, y.data()), Error);  // not a float or GGUF block dtype
   const Tensor w = Tensor::zeros_f32({2, 4});
   EXPECT_THROW(matmul(pool, x.data(), 1, 3, w, y.data()), Error);  // k mismatch
   const Tensor w3 = Tensor::zeros_f32({2, 2, 2});

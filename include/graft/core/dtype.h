@@ -20,11 +20,22 @@ enum class DType : uint8_t {
   Q8_0,  // GGUF blocks of 32: f16 scale + 32 x int8 (34 bytes)
   Q4_0,  // GGUF blocks of 32: f16 scale + 16 bytes of nibbles (18 bytes)
   Q4_1,  // GGUF blocks of 32: f16 scale + f16 min + 16 bytes of nibbles (20 bytes)
+  // More GGUF block formats (layouts in graft/core/gguf_blocks.h): blocks of 32 ...
+  Q5_0,
+  Q5_1,
+  IQ4_NL,
+  // ... and "K-quant" super-blocks of 256.
+  Q2_K,
+  Q3_K,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+  IQ4_XS,
 };
 
 std::string_view dtype_name(DType t);
 
-// Elements per storage block (1 for plain types, 32 for the GGUF block formats).
+// Elements per storage block (1 for plain types, 32 or 256 for the GGUF block formats).
 int64_t dtype_block_elems(DType t);
 // Bytes per storage block.
 int64_t dtype_block_bytes(DType t);

@@ -1,15 +1,23 @@
-// Compute kernels on the CPU. Activations are F32; weights are F32, F16 or BF16 and are always
-// accumulated in F32 (BF16/F16 weights widen exactly to F32; x is never rounded). The widest ISA
+// Compute kernels on the CPU. Activations are F32; dense weights (F32, F16 or BF16) are always
+// accumulated in F32 (BF16/F16 weights widen exactly to F32; x is never rounded). GGUF block
+// weights (Q4_0 ... Q6_K, IQ4) are used as stored: each activation row is quantized once to 8 bits
+// and multiplied with integer dot products (runtime/matmul_q8.h: the error bound against F32 math). The widest ISA
 // the CPU supports (AVX-512 F/BW/VL, else the AVX2/FMA/F16C baseline) is chosen at run time;
 // GRAFT_MATMUL_ISA=avx2 forces the baseline. Every output element is summed in one fixed order,
 // so results are bit-identical for any thread count and any m (a prefill row equals its decode).
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
 #include "graft/runtime/thread_pool.h"
+
+namespace graft::model {
+struct Matrix;
+struct ModelWeights;
+}
 
 namespace graft::runtime {
 
@@ -17,11 +25,25 @@ namespace graft::runtime {
 // per-column follow-up work (bias, adapter terms) runs in the same parallel pass on hot data.
 using ColumnEpilogue = std::function<void(int64_t j0, int64_t j1)>;
 
-// y[m, n] = x[m, k] · W[n, k]ᵀ (+ y if accumulate). W is a row-major [n, k] tensor in F32/F16/BF16.
+// y[m, n] = x[m, k] · W[n, k]ᵀ (+ y if accumulate). W is a row-major [n, k] tensor in F32/F16/BF16
+// or a GGUF block format (rows of whole blocks).
 // m = 1 is decode (matrix-vector, bandwidth-bound); m > 1 is prefill (matrix-matrix, blocked so
 // each weight row is read once per block of activation rows).
 void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
             bool accumulate = false, const ColumnEpilogue* epilogue = nullptr);
+
+// The one entry point for a model's weight matrix, whatever its format (dense, GGUF blocks, mlx
+// affine): dispatches by format, then by ISA.
+void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate = false,
+            const ColumnEpilogue* epilogue = nullptr);
+
+// Which integer kernel GGUF block weights run on this CPU: "avx512vnni", "avxvnni", "avx2" (or
+// GRAFT_Q8_KERNEL's choice).
+const char* matmul_q8_kernel();
+
+// "weights: Q4_K x84 Q6_K x13 | kernels: gguf-blocks q8-activations avx512vnni": the model's
+// matrix formats (lm_head and the seven projections of each layer) and the kernels they run on.
+std::string describe_kernels(const model::ModelWeights& w);
 
 // Plain scalar reference of the same contract (tests compare the fast path against it).
 void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, float* y,

@@ -1,0 +1,34 @@
+// One line for `graft generate`: which weight formats the model holds and which kernels run them.
+#include <map>
+#include <string>
+
+#include "graft/model/weights.h"
+#include "graft/runtime/kernels.h"
+
+namespace graft::runtime {
+
+std::string describe_kernels(const model::ModelWeights& w) {
+  std::map<std::string, int> formats;
+  bool blocks = false, dense = false, affine = false;
+  auto add = [&](const model::Matrix& m) {
+    if (m.quantized()) {
+      affine = true;
+      ++formats["mlx affine " + std::to_string(m.quant.bits) + "-bit"];
+    } else {
+      (dtype_is_quantized(m.dense.dtype) ? blocks : dense) = true;
+      ++formats[std::string(dtype_name(m.dense.dtype))];
+    }
+  };
+  add(w.lm_head);
+  for (const auto& L : w.layers)
+    for (const model::Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) add(*m);
+  std::string s = "weights:";
+  for (const auto& [name, count] : formats) s += " " + name + " x" + std::to_string(count);
+  s += " | kernels:";
+  if (dense) s += std::string(" dense ") + matmul_isa();
+  if (blocks) s += std::string(" gguf-blocks q8-activations ") + matmul_q8_kernel();
+  if (affine) s += " mlx-affine avx2";
+  return s;
+}
+
+}  // namespace graft::runtime

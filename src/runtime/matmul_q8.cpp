@@ -1,0 +1,192 @@
+// GGUF block weights × 8-bit activations: activation quantization, the scalar models of the
+// integer kernels, kernel choice, and the driver (unpack each weight row once per call, then dot it
+// with every activation row: decode streams the rows once, prefill reuses each unpacked row across
+// all prompt rows).
+#include "runtime/matmul_q8.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "graft/core/error.h"
+
+namespace graft::runtime::detail {
+
+namespace {
+
+bool cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
+  unsigned r[4] = {0, 0, 0, 0};
+  if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3])) return false;
+  return (r[reg] >> bit) & 1u;
+}
+constexpr int kEax = 0, kEcx = 2;
+
+// Fixed horizontal trees (the same as the SIMD kernels' hsum).
+float hsum8(const float* l) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+float hsum16(const float* l) {
+  float h[8];
+  for (int i = 0; i < 8; ++i) h[i] = l[i] + l[i + 8];
+  return hsum8(h);
+}
+
+template <int W>
+float q8_dot_scalar(const int8_t* wq, const float* wa4, const int8_t* xq, const float* xd4, int64_t k) {
+  float acc[W] = {};
+  const int64_t lanes = k / 4;
+  for (int64_t l0 = 0; l0 < lanes; l0 += W)
+    for (int l = 0; l < W && l0 + l < lanes; ++l) {
+      const int64_t c = (l0 + l) * 4;
+      int32_t s = 0;
+      for (int t = 0; t < 4; ++t) s += static_cast<int32_t>(wq[c + t]) * static_cast<int32_t>(xq[c + t]);
+      acc[l] = std::fma(static_cast<float>(s), wa4[l0 + l] * xd4[l0 + l], acc[l]);
+    }
+  return W == 8 ? hsum8(acc) : hsum16(acc);
+}
+
+}  // namespace
+
+float q8_dot_scalar8(const int8_t* wq, const float* wa4, const int8_t* xq, const float* xd4, int64_t k, bool) {
+  return q8_dot_scalar<8>(wq, wa4, xq, xd4, k);
+}
+float q8_dot_scalar16(const int8_t* wq, const float* wa4, const int8_t* xq, const float* xd4, int64_t k, bool) {
+  return q8_dot_scalar<16>(wq, wa4, xq, xd4, k);
+}
+
+// Eight lanes, lane l summing groups l, l + 8, ... with single-rounding fma, then hsum8 (AVX2/FMA,
+// the build's baseline; a masked final step).
+float q8_min_term(const float* b16, const float* s16, int64_t groups) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(b16 + g), _mm256_loadu_ps(s16 + g), acc);
+  if (g < groups) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(groups - g)), lane);
+    acc = _mm256_fmadd_ps(_mm256_maskload_ps(b16 + g, mask), _mm256_maskload_ps(s16 + g, mask), acc);
+  }
+  float l[8];
+  _mm256_storeu_ps(l, acc);
+  return hsum8(l);
+}
+
+const char* q8_kernel_name(Q8Kernel k) {
+  switch (k) {
+    case Q8Kernel::Scalar: return "scalar";
+    case Q8Kernel::Scalar16: return "scalar16";
+    case Q8Kernel::Avx2: return "avx2";
+    case Q8Kernel::AvxVnni: return "avxvnni";
+    case Q8Kernel::Avx512Vnni: return "avx512vnni";
+  }
+  return "?";
+}
+
+bool q8_kernel_supported(Q8Kernel k) {
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  switch (k) {
+    case Q8Kernel::Scalar: case Q8Kernel::Scalar16: return true;
+    case Q8Kernel::Avx2: return avx2;
+    // CPUID.(7,1):EAX[4] AVX-VNNI; CPUID.(7,0):ECX[11] AVX512_VNNI. The OS-state checks come with
+    // __builtin_cpu_supports("avx2"/"avx512f").
+    case Q8Kernel::AvxVnni: return avx2 && cpuid_bit(7, 1, kEax, 4);
+    case Q8Kernel::Avx512Vnni:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && cpuid_bit(7, 0, kEcx, 11);
+  }
+  return false;
+}
+
+namespace {
+Q8Kernel detect_q8_kernel() {
+  if (const char* env = std::getenv("GRAFT_Q8_KERNEL")) {
+    for (Q8Kernel k : {Q8Kernel::Scalar, Q8Kernel::Scalar16, Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni})
+      if (std::strcmp(env, q8_kernel_name(k)) == 0 && q8_kernel_supported(k)) return k;
+  }
+  for (Q8Kernel k : {Q8Kernel::Avx512Vnni, Q8Kernel::AvxVnni, Q8Kernel::Avx2})
+    if (q8_kernel_supported(k)) return k;
+  return Q8Kernel::Scalar;
+}
+}  // namespace
+
+Q8Kernel best_q8_kernel() {
+  static const Q8Kernel k = detect_q8_kernel();
+  return k;
+}
+
+Q8Dot q8_dot(Q8Kernel k) {
+  switch (k) {
+    case Q8Kernel::Scalar: return q8_dot_scalar8;
+    case Q8Kernel::Scalar16: return q8_dot_scalar16;
+    case Q8Kernel::Avx2: return q8_dot_avx2;
+    case Q8Kernel::AvxVnni: return q8_dot_avxvnni;
+    case Q8Kernel::Avx512Vnni: return q8_dot_avx512vnni;
+  }
+  return q8_dot_scalar8;
+}
+
+void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a) {
+  a.m = m;
+  a.k = k;
+  a.q.resize(static_cast<size_t>(m * k));
+  a.d4.resize(static_cast<size_t>(m * k / 4));
+  a.s16.resize(static_cast<size_t>(m * k / 16));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c0 = 0; c0 < k; c0 += 32) {
+      const float* xb = x + i * k + c0;
+      float amax = 0.0f;
+      for (int t = 0; t < 32; ++t) amax = std::max(amax, std::fabs(xb[t]));
+      const float d = amax / 127.0f;
+      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int8_t* q = &a.q[i * k + c0];
+      for (int t = 0; t < 32; ++t) q[t] = static_cast<int8_t>(std::clamp(std::nearbyint(xb[t] * id), -127.0f, 127.0f));
+      std::fill_n(&a.d4[(i * k + c0) / 4], 8, d);
+      for (int g = 0; g < 2; ++g) {
+        int32_t s = 0;
+        for (int t = 0; t < 16; ++t) s += q[g * 16 + t];
+        a.s16[(i * k + c0) / 16 + g] = d * static_cast<float>(s);
+      }
+    }
+}
+
+void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k, const Tensor& w,
+                   float* y, bool accumulate, const ColumnEpilogue* epilogue) {
+  const QuantFormat* fmt = quant_format(w.dtype);
+  if (!fmt) fail_as(ErrorKind::kInternal, "matmul_blocks: ", dtype_name(w.dtype), " is not a GGUF block format");
+  const int64_t n = w.shape[0];
+  if (k % dtype_block_elems(w.dtype) != 0)
+    fail("matmul: ", dtype_name(w.dtype), " weight rows of ", k, " columns are not whole blocks");
+  if (m == 0 || n == 0) return;
+  Q8Activations act;
+  quantize_activations(x, m, k, act);
+  const Q8Dot dot = q8_dot(kernel);
+  const int64_t row_bytes = dtype_bytes(w.dtype, k);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
+  pool.parallel_for(
+      n,
+      [&](int64_t j0, int64_t j1) {
+        std::vector<int8_t> q(static_cast<size_t>(k));
+        std::vector<float> a4(static_cast<size_t>(k / 4)), b16(static_cast<size_t>(k / 16));
+        for (int64_t j = j0; j < j1; ++j) {
+          const uint8_t* row = base + j * row_bytes;
+          // Decode streams each weight byte once: ask for the rows ahead (contiguous) early.
+          for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + 2 * row_bytes + o, 0, 0);
+          fmt->unpack(row, k, q.data(), a4.data(), b16.data());
+          for (int64_t i = 0; i < m; ++i) {
+            float v = dot(q.data(), a4.data(), &act.q[i * k], &act.d4[i * k / 4], k, !fmt->has_min);
+            if (fmt->has_min) v += q8_min_term(b16.data(), &act.s16[i * k / 16], k / 16);
+            float& out = y[i * n + j];
+            out = accumulate ? out + v : v;
+          }
+        }
+        if (epilogue) (*epilogue)(j0, j1);
+      },
+      grain);
+}
+
+}  // namespace graft::runtime::detail

@@ -1,0 +1,58 @@
+// Internal to the runtime layer: matmul on GGUF block weights with 8-bit activations and integer
+// dot products (llama.cpp's scheme: each activation row quantized once, to int8 in blocks of 32
+// with an F32 scale d = max|x| / 127, q = round(x / d)).
+//
+// y[i, j] = Σ_c a[c/16]·q_w[c]·d_x[c/32]·q_x[c] + Σ_g b[g]·d_x·Σ_{c∈g} q_x[c]
+// The integer products are exact; the F32 part is summed lane by lane in a fixed order that
+// depends only on the kernel's lane count (8: scalar, AVX2, AVX-VNNI; 16: AVX512-VNNI and its
+// scalar emulation), so every kernel equals its scalar model bit for bit, and results do not
+// depend on m, the column split or the thread count. Against F32 math on the dequantized weights
+// the only approximation is the activation rounding: |error| ≤ Σ_blocks (d_x / 2)·Σ_{c∈block} |w_c|
+// (plus F32 rounding).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "graft/core/tensor.h"
+#include "graft/runtime/kernels.h"
+#include "runtime/quant_formats.h"
+
+namespace graft::runtime::detail {
+
+enum class Q8Kernel { Scalar, Scalar16, Avx2, AvxVnni, Avx512Vnni };
+
+const char* q8_kernel_name(Q8Kernel k);
+bool q8_kernel_supported(Q8Kernel k);
+// The fastest supported kernel, or GRAFT_Q8_KERNEL=scalar|scalar16|avx2|avxvnni|avx512vnni when set
+// (and supported).
+Q8Kernel best_q8_kernel();
+
+// m activation rows of k columns (k a multiple of 32) quantized to int8.
+struct Q8Activations {
+  int64_t m = 0, k = 0;
+  std::vector<int8_t> q;     // [m, k]
+  std::vector<float> d4;     // [m, k / 4]: the block scale d_x, once per four columns
+  std::vector<float> s16;    // [m, k / 16]: d_x · Σ q_x over each 16 columns (the min term's input)
+};
+void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& out);
+
+// Σ_lanes a4·d4·(Σ of four q_w·q_x) for one weight row and one activation row (k a multiple of 32).
+// signed_codes: q_w is −128..127 (else 0..127, which lets AVX2 use maddubs directly).
+using Q8Dot = float (*)(const int8_t* wq, const float* wa4, const int8_t* xq, const float* xd4, int64_t k,
+                        bool signed_codes);
+Q8Dot q8_dot(Q8Kernel k);
+float q8_dot_scalar8(const int8_t*, const float*, const int8_t*, const float*, int64_t, bool);
+float q8_dot_scalar16(const int8_t*, const float*, const int8_t*, const float*, int64_t, bool);
+float q8_dot_avx2(const int8_t*, const float*, const int8_t*, const float*, int64_t, bool);
+float q8_dot_avxvnni(const int8_t*, const float*, const int8_t*, const float*, int64_t, bool);
+float q8_dot_avx512vnni(const int8_t*, const float*, const int8_t*, const float*, int64_t, bool);
+
+// Σ_g b16[g]·s16[g] in the fixed 8-lane order (shared by every kernel).
+float q8_min_term(const float* b16, const float* s16, int64_t groups);
+
+// matmul() for a GGUF block weight [n, k], with an explicit kernel (tests); matmul() passes
+// best_q8_kernel().
+void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k, const Tensor& w,
+                   float* y, bool accumulate, const ColumnEpilogue* epilogue);
+
+}  // namespace graft::runtime::detail

@@ -1,0 +1,186 @@
+// GGUF block weights × 8-bit activations (runtime/matmul_q8.h). Weights: random blocks of every
+// format (random codes, finite random f16 scales and mins) on awkward shapes: one row, one column,
+// k an odd multiple of the block (a masked tail in the 16-lane kernel), n not a multiple of any tile.
+// Tolerances, and why:
+//   - each SIMD kernel against its scalar model (8 lanes: AVX2, AVX-VNNI; 16 lanes: AVX512-VNNI):
+//     exact (the integer products are exact and the F32 lanes are summed in the same order);
+//     the 16-lane model also runs on CPUs without AVX-512, so its lane logic is tested everywhere;
+//   - against F32 math on the dequantized weights (double accumulation): the bound of activation
+//     rounding, Σ_blocks (d_x / 2)·Σ|w|, plus 1e-5 relative of Σ|w·x| for F32 rounding;
+//   - unpacking against gguf_blocks' dequantization (itself bit-exact against gguf-py): exact;
+//   - rows of a prefill against the same rows alone, and 1 against 3 threads: exact.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "graft/core/error.h"
+#include "graft/core/gguf_blocks.h"
+#include "graft/runtime/kernels.h"
+#include "graft/runtime/thread_pool.h"
+#include "runtime/matmul_q8.h"
+
+namespace graft::runtime::detail {
+namespace {
+
+const DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
+                          DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+
+// Byte offsets of the f16 scale/min fields in one block.
+std::vector<int> f16_fields(DType t) {
+  switch (t) {
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108};
+    case DType::Q6_K: return {208};
+    default: return {0};
+  }
+}
+
+Tensor random_blocks(DType t, int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t bb = dtype_block_bytes(t), blocks = n * k / dtype_block_elems(t);
+  std::vector<uint8_t> bytes(static_cast<size_t>(blocks * bb));
+  for (auto& b : bytes) b = static_cast<uint8_t>(byte(rng));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int off : f16_fields(t)) {
+      const uint16_t h = f32_to_f16(nd(rng) * 0.01f);
+      std::memcpy(&bytes[b * bb + off], &h, 2);
+    }
+  return Tensor::owned(t, {n, k}, std::move(bytes));
+}
+
+std::vector<float> random_x(int64_t m, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (auto& v : x) v = nd(rng);
+  if (m * k >= 64) std::fill_n(x.begin() + 32, 32, 0.0f);  // an all-zero activation block
+  return x;
+}
+
+struct Shape3 { int64_t m, n, k; };
+std::vector<Shape3> shapes_for(DType t) {
+  if (dtype_block_elems(t) == 256) return {{1, 1, 256}, {1, 7, 768}, {3, 5, 512}, {2, 9, 1280}};
+  return {{1, 1, 32}, {1, 7, 96}, {3, 5, 64}, {2, 17, 544}, {1, 3, 576}};
+}
+
+std::vector<float> run(Q8Kernel kern, const float* x, int64_t m, int64_t k, const Tensor& w, int threads = 1) {
+  ThreadPool pool(threads);
+  std::vector<float> y(static_cast<size_t>(m * w.shape[0]), -1.0f);
+  matmul_blocks(pool, kern, x, m, k, w, y.data(), false, nullptr);
+  return y;
+}
+
+TEST(MatmulQ8, UnpackEqualsDequantization) {
+  for (DType t : kFormats) {
+    const int64_t k = dtype_block_elems(t) * 3;
+    const Tensor w = random_blocks(t, 1, k, 7);
+    const QuantFormat* f = quant_format(t);
+    ASSERT_NE(f, nullptr) << dtype_name(t);
+    std::vector<int8_t> q(k);
+    std::vector<float> a4(k / 4), b16(k / 16, 0.0f), ref(k);
+    f->unpack(static_cast<const uint8_t*>(w.data), k, q.data(), a4.data(), b16.data());
+    dequantize_gguf_blocks(t, w.data, ref.data(), k);
+    for (int64_t c = 0; c < k; ++c) {
+      const float prod = a4[c / 4] * static_cast<float>(q[c]);
+      const float v = f->has_min ? prod + b16[c / 16] : prod;
+      ASSERT_EQ(v, ref[c]) << dtype_name(t) << " column " << c;
+      if (f->has_min) ASSERT_TRUE(q[c] >= 0 && q[c] < 32) << dtype_name(t);  // maddubs needs codes < 128
+    }
+  }
+}
+
+TEST(MatmulQ8, KernelsEqualTheirScalarModelBitForBit) {
+  int ran = 0;
+  for (DType t : kFormats)
+    for (const auto& s : shapes_for(t)) {
+      const Tensor w = random_blocks(t, s.n, s.k, 11);
+      const auto x = random_x(s.m, s.k, 13);
+      const auto ref8 = run(Q8Kernel::Scalar, x.data(), s.m, s.k, w);
+      const auto ref16 = run(Q8Kernel::Scalar16, x.data(), s.m, s.k, w);
+      for (Q8Kernel kern : {Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni}) {
+        if (!q8_kernel_supported(kern)) continue;
+        ++ran;
+        const auto got = run(kern, x.data(), s.m, s.k, w);
+        const auto& ref = kern == Q8Kernel::Avx512Vnni ? ref16 : ref8;
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], ref[i]) << q8_kernel_name(kern) << " " << dtype_name(t) << " m=" << s.m << " n=" << s.n
+                                    << " k=" << s.k << " element " << i;
+      }
+    }
+  EXPECT_GT(ran, 0) << "no SIMD kernel is supported on this CPU (AVX2 is the build's baseline)";
+}
+
+TEST(MatmulQ8, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
+  ThreadPool pool(1);
+  for (DType t : kFormats)
+    for (const auto& s : shapes_for(t))
+      for (Q8Kernel kern : {Q8Kernel::Scalar, Q8Kernel::Scalar16}) {
+        const Tensor w = random_blocks(t, s.n, s.k, 17);
+        const auto x = random_x(s.m, s.k, 19);
+        const auto got = run(kern, x.data(), s.m, s.k, w);
+        std::vector<float> ref(got.size());
+        matmul_reference(x.data(), s.m, s.k, w, ref.data());
+        const Tensor wf = to_f32(w);
+        double worst = 0;
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t j = 0; j < s.n; ++j) {
+            double bound = 1e-30, mag = 0;
+            for (int64_t c0 = 0; c0 < s.k; c0 += 32) {
+              float amax = 0, wabs = 0;
+              for (int64_t c = c0; c < c0 + 32; ++c) {
+                amax = std::max(amax, std::fabs(x[i * s.k + c]));
+                wabs += std::fabs(wf.as<float>()[j * s.k + c]);
+                mag += std::fabs(x[i * s.k + c] * wf.as<float>()[j * s.k + c]);
+              }
+              bound += amax / 127.0 / 2.0 * wabs;
+            }
+            bound += 1e-5 * mag;
+            const double err = std::fabs(static_cast<double>(got[i * s.n + j]) - ref[i * s.n + j]);
+            ASSERT_LE(err, bound) << dtype_name(t) << " " << q8_kernel_name(kern) << " m=" << s.m << " k=" << s.k;
+            worst = std::max(worst, err / bound);
+          }
+        // The bound is not vacuous: the error uses a real part of it somewhere.
+        if (s.k >= 512) EXPECT_GT(worst, 0.002) << dtype_name(t);
+      }
+}
+
+TEST(MatmulQ8, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
+  const Q8Kernel kern = best_q8_kernel();
+  for (DType t : {DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
+    const int64_t k = 512, n = 37, m = 4;
+    const Tensor w = random_blocks(t, n, k, 23);
+    const auto x = random_x(m, k, 29);
+    const auto all = run(kern, x.data(), m, k, w, 1);
+    EXPECT_EQ(all, run(kern, x.data(), m, k, w, 3));
+    for (int64_t i = 0; i < m; ++i) {
+      const auto one = run(kern, x.data() + i * k, 1, k, w);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(one[j], all[i * n + j]) << dtype_name(t);
+    }
+  }
+}
+
+TEST(MatmulQ8, PublicMatmulAccumulatesAndRunsTheEpilogueOnEveryColumn) {
+  ThreadPool pool(2);
+  const int64_t m = 2, n = 45, k = 256;
+  const Tensor w = random_blocks(DType::Q4_K, n, k, 31);
+  const auto x = random_x(m, k, 37);
+  std::vector<float> y(m * n, 1.0f), base(m * n);
+  std::vector<int> seen(n, 0);
+  const ColumnEpilogue ep = [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) ++seen[j];
+  };
+  matmul(pool, x.data(), m, k, w, y.data(), true, &ep);
+  matmul(pool, x.data(), m, k, w, base.data());
+  for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(y[i], 1.0f + base[i]);
+  for (int64_t j = 0; j < n; ++j) EXPECT_EQ(seen[j], 1);
+  EXPECT_NE(std::string(matmul_q8_kernel()), "");
+}
+
+}  // namespace
+}  // namespace graft::runtime::detail
