@@ -174,8 +174,9 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
         std::vector<float> a4(static_cast<size_t>(k / 4)), b16(static_cast<size_t>(k / 16));
         for (int64_t j = j0; j < j1; ++j) {
           const uint8_t* row = base + j * row_bytes;
-          // Decode streams each weight byte once: ask for the rows ahead (contiguous) early.
-          for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + 2 * row_bytes + o, 0, 0);
+          // Decode streams each weight byte once: ask for the bytes 4 KiB ahead (rows are
+          // contiguous), as the dense kernels do; prefetches past the end never fault.
+          for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + 4096 + o, 0, 3);
           fmt->unpack(row, k, q.data(), a4.data(), b16.data());
           for (int64_t i = 0; i < m; ++i) {
             float v = dot(q.data(), a4.data(), &act.q[i * k], &act.d4[i * k / 4], k, !fmt->has_min);

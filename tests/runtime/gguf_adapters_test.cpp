@@ -119,8 +119,12 @@ TEST(GgufSmolLM2, PiratePeftConvertedByLlamaCppGivesPeftTokens) {
   if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
   const json ref = read_json(test::fixture("smollm2/pirate_peft_reference.json"));
   auto a = read(test::fixture("gguf_adapters/smollm2_pirate.q8_0.gguf"));
-  model::LoadedModel base = model::load_model(test::smollm2_gguf());
-  model::LoadOptions o;
+  // PEFT's tokens are F32 math on the dequantized base: compare on graft's F32 path (--dtype f32),
+  // not on its 8-bit-activation block kernels.
+  model::LoadOptions f32;
+  f32.weight_dtype = DType::F32;
+  model::LoadedModel base = model::load_model(test::smollm2_gguf(), f32);
+  model::LoadOptions o = f32;
   o.fused_adapters = {{a, 1.0f}};
   model::LoadedModel fused = model::load_model(test::smollm2_gguf(), o);
   auto set = make_lora_set(base.config, *base.source, {{a, 1.0f}});
