@@ -15,7 +15,9 @@ import openai
 import pytest
 import requests
 
-from conftest import MLX, MODEL, PEFT, Server
+from conftest import MLX, MODEL, PEFT, SRC, Server
+
+GGUF_PIRATE = f"{SRC}/tests/fixtures/gguf_adapters/smollm2_pirate.q8_0.gguf"
 
 PROMPT = "The three most important things about sailing are"
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
@@ -331,15 +333,20 @@ def test_client_disconnect_mid_stream_frees_the_slot(server):
 
 def test_api_key_and_init_without_apply(server):
     base = tokens_of(server, PROMPT, lora=[])
-    s = Server("--lora", PEFT, "--lora-init-without-apply", "--timeout", "30", api_key="s3cret")
+    pirate = tokens_of(server, PROMPT, lora=[{"id": 0, "scale": 1.0}])
+    s = Server("--lora", PEFT + "," + GGUF_PIRATE, "--lora-init-without-apply", "--timeout", "30", api_key="s3cret")
     try:
         assert requests.get(s.url + "/health").status_code == 200  # no key needed
         r = requests.get(s.url + "/lora-adapters")
         error_of(r, 401, "authentication_error")
         r = requests.get(s.url + "/lora-adapters", headers={"Authorization": "Bearer wrong"})
         error_of(r, 401, "authentication_error")
-        assert s.get("/lora-adapters").json()[0]["scale"] == 0.0
+        listed = s.get("/lora-adapters").json()
+        assert [a["scale"] for a in listed] == [0.0, 0.0] and listed[1]["path"] == GGUF_PIRATE
+        assert "task_name" in listed[1] and "prompt_prefix" in listed[1]
         assert tokens_of(s, PROMPT) == base, "--lora-init-without-apply output differs from the base model"
+        # llama.cpp's conversion (q8_0) of the PEFT pirate adapter, served unfused: the PEFT adapter's tokens.
+        assert tokens_of(s, PROMPT, lora=[{"id": 1, "scale": 1.0}]) == pirate
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="s3cret")
         assert client.completions.create(model="x", prompt=PROMPT, max_tokens=4, temperature=0).choices
         r = s.post("/completion", {"prompt": PROMPT, "n_predict": 100000, "ignore_eos": True})
