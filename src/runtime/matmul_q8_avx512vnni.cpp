@@ -2,8 +2,12 @@
 // weight codes are biased by 128 and the bias taken back exactly (see matmul_q8_avxvnni.cpp). 16
 // F32 lanes in the order of q8_dot_scalar16; a row whose k is an odd multiple of 32 ends with a
 // masked half step (masked loads read nothing past the row and zero the rest).
+// GCC 12's AVX-512 intrinsics fill "undefined" operands with self-initialized variables, which
+// -Wuninitialized reports inside the header (GCC PR 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include "runtime/matmul_q8.h"
