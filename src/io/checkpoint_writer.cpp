@@ -30,7 +30,10 @@ CheckpointWriteResult write_checkpoint(const TensorSource& source, const std::st
   uint64_t shard_bytes = 0, total = 0;
   for (const auto& name : source.names()) {
     TensorInfo info = *source.info(name);
-    const DType dt = options.dtype && is_float(info.dtype) ? *options.dtype : info.dtype;
+    // GGUF block tensors (a GGUF base) have no safetensors dtype: they are written dequantized.
+    const DType dt = options.dtype && is_float(info.dtype) ? *options.dtype
+                     : dtype_is_quantized(info.dtype)     ? options.dtype.value_or(DType::F32)
+                                                          : info.dtype;
     const uint64_t nb = static_cast<uint64_t>(dtype_bytes(dt, shape_numel(info.shape)));
     if (!shards.back().empty() && shard_bytes + nb > options.max_shard_bytes) {
       shards.emplace_back();

@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "graft/core/error.h"
 #include "graft/core/gguf_blocks.h"
+#include "graft/io/checkpoint_writer.h"
 #include "graft/io/gguf.h"
+#include "graft/io/safetensors.h"
+#include "map_source.h"
 #include "test_paths.h"
 
 namespace graft::io {
@@ -56,6 +60,30 @@ TEST(GgufBlocksSizes, BlockGeometry) {
   EXPECT_THROW(dtype_bytes(DType::Q2_K, 128), Error);
   std::vector<float> out(256);
   EXPECT_THROW(dequantize_gguf_blocks(DType::F16, nullptr, out.data(), 256), Error);
+}
+
+}  // namespace
+}  // namespace graft::io
+
+namespace graft::io {
+namespace {
+
+// A GGUF base fused into a safetensors checkpoint: block tensors have no safetensors dtype and are
+// written dequantized (F32, or --dtype), equal to the reference dequantization.
+TEST(GgufBlocksCheckpoint, BlockTensorsAreWrittenDequantized) {
+  auto f = GgufFile::open(test::fixture("gguf/blocks.gguf"));
+  test::MapSource src;
+  src.t["w"] = f->tensor("Q4_K");
+  const std::string dir = ::testing::TempDir() + "graft_blocks_ckpt";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  write_checkpoint(src, dir, CheckpointWriteOptions{});
+  auto st = SafetensorsFile::open(dir + "/model.safetensors");
+  const Tensor back = st->tensor("w");
+  ASSERT_EQ(back.dtype, DType::F32);
+  const Tensor ref = f->tensor("Q4_K.ref");
+  EXPECT_EQ(std::memcmp(back.data, ref.data, static_cast<size_t>(ref.nbytes())), 0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
