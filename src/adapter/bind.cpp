@@ -36,6 +36,11 @@ Shape update_delta_shape(const Update& u) {
       if (s1.size() != 2 || s2.size() != 2) return {};
       return {s1[0] * s2[0], s1[1] * s2[1]};
     }
+    Shape operator()(const HadamardUpdate& h) const {
+      if (h.w1a.shape.size() != 2 || h.w1b.shape.size() != 2) return {};
+      return {h.w1a.shape[0], h.w1b.shape[1]};
+    }
+    Shape operator()(const DoraUpdate& d) const { return (*this)(d.lora); }
     Shape operator()(const DiffUpdate& d) const { return d.diff.shape; }
     Shape operator()(const Replacement& r) const { return r.value.shape; }
   };
@@ -73,6 +78,8 @@ std::shared_ptr<WeightAdapterPlan> bind_weight_adapter(const std::vector<Adapter
       bool ok = true;
       size_t dims = ds.size();
       if (const auto* lr = std::get_if<LowRankUpdate>(&t.update)) dims = std::max(lr->a.shape.size(), lr->b.shape.size());
+      if (const auto* dr = std::get_if<DoraUpdate>(&t.update))
+        dims = std::max(dr->lora.a.shape.size(), dr->lora.b.shape.size());
       if (dims > 2) {
         problems.push_back(describe_target(a, t) + ": " + std::to_string(dims) +
                            "-D update (mixture-of-experts or conv) cannot apply to a dense weight");
@@ -80,8 +87,7 @@ std::shared_ptr<WeightAdapterPlan> bind_weight_adapter(const std::vector<Adapter
       }
       if (b->one_dimensional) {
         if (ds.size() != 1 || ds[0] != b->delta_rows) ok = false;
-        if (std::holds_alternative<LowRankUpdate>(t.update) || std::holds_alternative<KroneckerUpdate>(t.update))
-          ok = false;
+        if (!std::holds_alternative<DiffUpdate>(t.update) && !std::holds_alternative<Replacement>(t.update)) ok = false;
       } else if (ds.size() != 2 || ds[0] != b->delta_rows || ds[1] != b->delta_cols) {
         ok = false;
       }

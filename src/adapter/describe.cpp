@@ -29,6 +29,13 @@ TargetFacts facts(const Update& u) {
     if (k->w2_b.data) f.rank = k->w2_b.shape[0];
     f.scale = k->scale;
     for (const Tensor* t : {&k->w1, &k->w1_a, &k->w1_b, &k->w2, &k->w2_a, &k->w2_b}) add_tensor(f, *t);
+  } else if (const auto* h = std::get_if<HadamardUpdate>(&u)) {
+    f.rank = h->w1b.shape.empty() ? 0 : h->w1b.shape[0];
+    f.scale = h->scale;
+    for (const Tensor* t : {&h->w1a, &h->w1b, &h->w2a, &h->w2b}) add_tensor(f, *t);
+  } else if (const auto* dr = std::get_if<DoraUpdate>(&u)) {
+    f = facts(Update{dr->lora});
+    add_tensor(f, dr->magnitude);
   } else if (const auto* d = std::get_if<DiffUpdate>(&u)) {
     f.scale = d->scale;
     add_tensor(f, d->diff);
@@ -50,6 +57,7 @@ nlohmann::json describe_adapter(const WeightAdapter& a) {
                         {"scale", f.scale},   {"dtype", f.dtype}, {"delta_shape", update_delta_shape(t.update)},
                         {"keys", t.keys},     {"embedding", t.embedding}};
     if (f.rank > 0) j["rank"] = f.rank;
+    if (std::holds_alternative<DoraUpdate>(t.update)) j["dora_magnitude"] = true;
     targets.push_back(j);
   }
   return {{"path", a.path}, {"format", format_name(a.format)}, {"metadata", a.metadata},

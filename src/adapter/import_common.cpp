@@ -29,7 +29,9 @@ const char* update_kind(const Update& u) {
     case 0: return "lora";
     case 1: return "lokr";
     case 2: return "diff";
-    default: return "replace";
+    case 3: return "replace";
+    case 4: return "loha";
+    default: return "dora";
   }
 }
 

@@ -65,6 +65,9 @@ KroneckerUpdate read_kronecker(const io::SafetensorsFile& f, const std::string& 
 // The low-rank dimension LyCORIS and ComfyUI divide by: rows of w1_b when w1 is factored,
 // overwritten by rows of w2_b when w2 is factored; nullopt when both factors are full.
 std::optional<int64_t> lycoris_lokr_dim(const KroneckerUpdate& u);
+// Reads and validates the LoHa factors of one module (roles "hada_w1_a", "hada_w1_b", "hada_w2_a",
+// "hada_w2_b": w1a [out, r1], w1b [r1, in], w2a [out, r2], w2b [r2, in]). Scale is left at 1.
+HadamardUpdate read_hadamard(const io::SafetensorsFile& f, const std::string& module, const RoleKeys& roles);
 // ΔW shape of a Kronecker update.
 Shape kronecker_shape(const KroneckerUpdate& u);
 

@@ -5,12 +5,16 @@
 //     loader rule). alpha = 0 is refused: kohya's loader reads it as alpha = r, ComfyUI/A1111 as 0.
 //   <name>.diff / <name>.diff_b: full additive deltas of the weight / bias (scale 1).
 //   <name>.set_weight: full replacement of the weight (unscaled).
+//   <name>.hada_w1_a [out, r], .hada_w1_b [r, in], .hada_w2_a, .hada_w2_b, optional <name>.alpha:
+//     LyCORIS LoHa, ΔW = (alpha / r)·(w1_a·w1_b) ⊙ (w2_a·w2_b) with r = rows of hada_w1_b; alpha missing
+//     or 0 means alpha = r (scale 1), as LyCORIS's LohaModule. (LyCORIS 4.1.3's get_diff_weight /
+//     merge_to apply the scale twice; its forward pass and ComfyUI apply it once, as graft does.)
 //   <name>.lokr_w1[_a/_b], <name>.lokr_w2[_a/_b], optional <name>.alpha: LyCORIS LoKr. dim = rows of
 //     w1_b when w1 is factored, overwritten by rows of w2_b when w2 is factored; alpha missing or 0
 //     means alpha = dim; both factors full means scale 1 (LyCORIS sets alpha = dim there); else
 //     alpha / dim.
 // Module names keep the file's prefix (lora_unet_…, lora_te_…, lycoris_…): bindings map them.
-// Everything else (lora_mid, dora_scale, LoHa, OFT, IA3, GLoRA, norm diffs, Tucker cores, PEFT or
+// Everything else (lora_mid, dora_scale, OFT, IA3, GLoRA, norm diffs, Tucker cores, PEFT or
 // mlx-lm key names) is refused naming the key.
 #include <string>
 
@@ -20,7 +24,7 @@ namespace graft::adapter::detail {
 
 namespace {
 
-enum Role { kUp, kDown, kAlpha, kDiff, kDiffB, kSet, kLokr, kRefused };
+enum Role { kUp, kDown, kAlpha, kDiff, kDiffB, kSet, kLokr, kLoha, kRefused };
 struct SuffixRole {
   std::string_view suffix;
   Role role;
@@ -41,10 +45,8 @@ const std::vector<SuffixRole> kTable = {
     {".lokr_w2", kLokr, "lokr_w2"}, {".lokr_w2_a", kLokr, "lokr_w2_a"}, {".lokr_w2_b", kLokr, "lokr_w2_b"},
     {".lora_mid.weight", kRefused, "is a LoCon mid (CP/Tucker) factor: not supported"},
     {".dora_scale", kRefused, "is a DoRA magnitude: DoRA adapters are not supported"},
-    {".hada_w1_a", kRefused, "is a LoHa factor: LoHa is not supported"},
-    {".hada_w1_b", kRefused, "is a LoHa factor: LoHa is not supported"},
-    {".hada_w2_a", kRefused, "is a LoHa factor: LoHa is not supported"},
-    {".hada_w2_b", kRefused, "is a LoHa factor: LoHa is not supported"},
+    {".hada_w1_a", kLoha, "hada_w1_a"}, {".hada_w1_b", kLoha, "hada_w1_b"},
+    {".hada_w2_a", kLoha, "hada_w2_a"}, {".hada_w2_b", kLoha, "hada_w2_b"},
     {".hada_t1", kRefused, "is a LoHa Tucker core: not supported"},
     {".hada_t2", kRefused, "is a LoHa Tucker core: not supported"},
     {".lokr_t1", kRefused, "is a LoKr Tucker core: not supported"},
@@ -75,7 +77,7 @@ const std::vector<SuffixRole> kTable = {
 
 struct ModuleKeys {
   std::string up, down, alpha, diff, diff_b, set;
-  RoleKeys lokr;
+  RoleKeys lokr, loha;
 };
 
 const Tensor& need_dims(const std::string& file, const std::string& key, const Tensor& t, size_t lo, size_t hi,
@@ -122,6 +124,10 @@ WeightAdapter import_single_file(const std::string& path) {
         mk.lokr[sr.why] = key;
         out.format = AdapterFormat::Lycoris;
         break;
+      case kLoha:
+        mk.loha[sr.why] = key;
+        out.format = AdapterFormat::Lycoris;
+        break;
       default: break;
     }
     if (starts_with(key, "lycoris_")) out.format = AdapterFormat::Lycoris;
@@ -130,13 +136,13 @@ WeightAdapter import_single_file(const std::string& path) {
 
   for (const auto& [module, mk] : modules) {
     const bool lora = !mk.up.empty() || !mk.down.empty();
-    const bool lokr = !mk.lokr.empty();
-    if (lora && lokr)
-      fail("'", path, "': module '", module, "' has both lora_up/lora_down ('", mk.up.empty() ? mk.down : mk.up,
-           "') and LoKr factors ('", mk.lokr.begin()->second, "'); expected one kind per module");
+    const bool lokr = !mk.lokr.empty(), loha = !mk.loha.empty();
+    if (int(lora) + int(lokr) + int(loha) > 1)
+      fail("'", path, "': module '", module, "' has factors of more than one kind (", lora ? "LoRA lora_up/lora_down; " : "",
+           lokr ? "LoKr lokr_*; " : "", loha ? "LoHa hada_*; " : "", "); expected one kind per module");
     std::optional<double> alpha;
     if (!mk.alpha.empty()) {
-      if (!lora && !lokr)
+      if (!lora && !lokr && !loha)
         fail("'", path, "': tensor '", mk.alpha, "' has no lora_up/lora_down or lokr_* factors beside it; expected "
              "alpha only with factors");
       alpha = read_scalar(*f, mk.alpha);
@@ -172,6 +178,17 @@ WeightAdapter import_single_file(const std::string& path) {
       AdapterTarget t;
       t.module = module;
       for (const auto& [role, key] : mk.lokr) t.keys.push_back(key);
+      if (!mk.alpha.empty()) t.keys.push_back(mk.alpha);
+      t.update = std::move(u);
+      out.targets.push_back(std::move(t));
+    }
+    if (loha) {
+      HadamardUpdate u = read_hadamard(*f, module, mk.loha);
+      const int64_t dim = u.w1b.shape[0];
+      u.scale = static_cast<float>(alpha && *alpha != 0 ? *alpha / static_cast<double>(dim) : 1.0);
+      AdapterTarget t;
+      t.module = module;
+      for (const auto& [role, key] : mk.loha) t.keys.push_back(key);
       if (!mk.alpha.empty()) t.keys.push_back(mk.alpha);
       t.update = std::move(u);
       out.targets.push_back(std::move(t));

@@ -30,10 +30,9 @@ Tensor read_matrix(const io::SafetensorsFile& f, const std::string& key) {
   Tensor t = read_checked(f, key);
   if (t.shape.size() != 2)
     fail("'", f.path(), "': tensor '", key, "' has shape ", shape_str(t.shape),
-         t.shape.size() > 2 ? "; convolution-shaped LoKr factors are not supported" : "",
-         "; expected a 2-D LoKr factor");
+         t.shape.size() > 2 ? "; convolution-shaped factors are not supported" : "", "; expected a 2-D factor");
   if (t.shape[0] == 0 || t.shape[1] == 0)
-    fail("'", f.path(), "': tensor '", key, "' has an empty shape ", shape_str(t.shape), "; expected a 2-D LoKr factor");
+    fail("'", f.path(), "': tensor '", key, "' has an empty shape ", shape_str(t.shape), "; expected a 2-D factor");
   return t;
 }
 
@@ -81,6 +80,26 @@ KroneckerUpdate read_kronecker(const io::SafetensorsFile& f, const std::string& 
   u.w2 = w2.full;
   u.w2_a = w2.a;
   u.w2_b = w2.b;
+  u.scale = 1.0f;
+  return u;
+}
+
+HadamardUpdate read_hadamard(const io::SafetensorsFile& f, const std::string& module, const RoleKeys& roles) {
+  HadamardUpdate u;
+  Tensor* slots[] = {&u.w1a, &u.w1b, &u.w2a, &u.w2b};
+  const char* names[] = {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"};
+  for (int i = 0; i < 4; ++i) {
+    const std::string* key = find_role(roles, names[i]);
+    if (!key)
+      fail("'", f.path(), "': module '", module, "' has no ", names[i],
+           "; expected all four LoHa factors hada_w1_a, hada_w1_b, hada_w2_a, hada_w2_b");
+    *slots[i] = read_matrix(f, *key);
+  }
+  if (u.w1a.shape[1] != u.w1b.shape[0] || u.w2a.shape[1] != u.w2b.shape[0] || u.w1a.shape[0] != u.w2a.shape[0] ||
+      u.w1b.shape[1] != u.w2b.shape[1])
+    fail("'", f.path(), "': module '", module, "' has LoHa factors hada_w1_a ", shape_str(u.w1a.shape), ", hada_w1_b ",
+         shape_str(u.w1b.shape), ", hada_w2_a ", shape_str(u.w2a.shape), ", hada_w2_b ", shape_str(u.w2b.shape),
+         " that do not chain; expected w1_a [out, r1], w1_b [r1, in], w2_a [out, r2], w2_b [r2, in]");
   u.scale = 1.0f;
   return u;
 }

@@ -1,8 +1,10 @@
 // mlx-lm native adapters: adapter_config.json + adapters.safetensors (fallback
 // adapter_model.safetensors; no shards, no other files).
 //
-// Keys end exactly in `.lora_a` / `.lora_b`; anything else is refused (DoRA `.m`, stray `.weight`,
-// PEFT names). mlx-lm writes LoRALinear as lora_a [in, r], lora_b [r, out] (A = lora_aᵀ,
+// Keys end exactly in `.lora_a` / `.lora_b` (and `.m` with fine_tune_type "dora": the DoRA magnitude,
+// one value per row of ΔW, required beside every pair; mlx-lm's DoRALinear and DoRAEmbedding both
+// normalize per row of the stored weight, [out, in] and [vocab, hidden]); anything else is refused
+// (stray `.weight`, PEFT names). mlx-lm writes LoRALinear as lora_a [in, r], lora_b [r, out] (A = lora_aᵀ,
 // B = lora_bᵀ); the matrix orientation lora_a [r, in], lora_b [out, r] is accepted when the shapes
 // tell the two apart. LoRAEmbedding pairs (lora_a [vocab, r], lora_b [r, hidden],
 // Δ = s·lora_a·lora_b) cannot be told from a Linear pair by shape, so the module name decides: a
@@ -33,6 +35,7 @@ bool is_embedding_module(const std::string& module) {
 }
 
 struct Config {
+  bool dora = false;
   double scale = 20.0;
   int64_t rank = 8;
   bool rank_given = false;
@@ -45,18 +48,17 @@ Config read_config(const std::string& path, const Json& cfg, std::map<std::strin
       fail("'", path, "': field 'fine_tune_type' is ", json_brief(cfg["fine_tune_type"]), "; expected \"lora\"");
     ftt = cfg["fine_tune_type"].get<std::string>();
   }
-  if (ftt == "dora")
-    fail("'", path, "': field 'fine_tune_type' is \"dora\": DoRA adapters are not supported (the magnitude rescale "
-         "is not a low-rank update); fuse it with mlx-lm first; expected \"lora\"");
   if (ftt == "full")
     fail("'", path, "': field 'fine_tune_type' is \"full\": a full fine-tune holds whole weights, not an adapter; "
          "expected \"lora\"");
-  if (ftt != "lora") fail("'", path, "': field 'fine_tune_type' is \"", ftt, "\"; expected \"lora\"");
+  if (ftt != "lora" && ftt != "dora")
+    fail("'", path, "': field 'fine_tune_type' is \"", ftt, "\"; expected \"lora\" or \"dora\"");
   if (cfg.contains("use_dora") && !json_unset(cfg["use_dora"]))
-    fail("'", path, "': field 'use_dora' is set: DoRA adapters are not supported; expected false");
+    fail("'", path, "': field 'use_dora' is set: mlx-lm marks DoRA with fine_tune_type \"dora\"; expected false");
   meta["fine_tune_type"] = ftt;
 
   Config c;
+  c.dora = ftt == "dora";
   const Json* lp = nullptr;
   if (cfg.contains("lora_parameters") && !cfg["lora_parameters"].is_null()) {
     lp = &cfg["lora_parameters"];
@@ -139,15 +141,20 @@ WeightAdapter import_mlx(const std::string& dir, const std::string& config_path,
   out.metadata["file"] = file;
 
   std::map<std::string, std::pair<std::string, std::string>> pairs;  // module → (lora_a key, lora_b key)
+  std::map<std::string, std::string> magnitudes;                       // module → .m key (DoRA)
   for (const auto& e : f->entries()) {
     SplitKey sk = split_key(e.name, kSuffixes);
     Role role = sk.suffix < 0 ? kPeft : role_of(sk.suffix);
     if (sk.suffix < 0)
       fail("'", file, "': tensor '", e.name,
            "' is not part of the mlx-lm native contract; expected only keys ending in .lora_a / .lora_b");
-    if (role == kDora)
-      fail("'", file, "': tensor '", e.name,
-           "' is a DoRA magnitude vector: DoRA adapters are not supported; expected only .lora_a / .lora_b");
+    if (role == kDora) {
+      if (!c.dora)
+        fail("'", file, "': tensor '", e.name, "' is a DoRA magnitude vector but adapter_config.json's "
+             "fine_tune_type is not \"dora\"; expected only .lora_a / .lora_b");
+      magnitudes[sk.module] = e.name;
+      continue;
+    }
     if (role == kPeft)
       fail("'", file, "': tensor '", e.name,
            "': PEFT key names are not part of the mlx-lm native contract; expected keys ending in .lora_a / .lora_b "
@@ -200,8 +207,37 @@ WeightAdapter import_mlx(const std::string& dir, const std::string& config_path,
     } else {
       t.update = linear_pair(*f, keys.first, a, keys.second, b, c);
     }
+    if (c.dora) {
+      auto mit = magnitudes.find(module);
+      if (mit == magnitudes.end())
+        fail("'", file, "': module '", module, "' has no DoRA magnitude '", module, ".m' but fine_tune_type is "
+             "\"dora\"; expected one beside every pair");
+      Tensor m = read_checked(*f, mit->second);
+      t.keys.push_back(mit->second);
+      // ΔW rows are the normalized B's rows; for an embedding pair with two readings the magnitude's
+      // length (vocab rows, as mlx-lm's DoRAEmbedding) picks the one whose rows it fits.
+      if (t.transposed && m.shape.size() == 1 &&
+          m.shape[0] != std::get<LowRankUpdate>(t.update).b.shape[0] &&
+          m.shape[0] == std::get<LowRankUpdate>(*t.transposed).b.shape[0]) {
+        t.update = *t.transposed;
+        t.transposed.reset();
+      }
+      const int64_t rows = std::get<LowRankUpdate>(t.update).b.shape[0];
+      if (m.shape.size() != 1 || m.shape[0] != rows)
+        fail("'", file, "': tensor '", mit->second, "' has shape ", shape_str(m.shape), " but module '", module,
+             "' has ", rows, " output rows; expected a DoRA magnitude [", rows, "]");
+      t.update = DoraUpdate{std::get<LowRankUpdate>(t.update), m};
+      if (t.transposed && std::get<LowRankUpdate>(*t.transposed).b.shape[0] == rows)
+        t.transposed = DoraUpdate{std::get<LowRankUpdate>(*t.transposed), m};
+      else
+        t.transposed.reset();
+      magnitudes.erase(mit);
+    }
     out.targets.push_back(std::move(t));
   }
+  if (!magnitudes.empty())
+    fail("'", file, "': tensor '", magnitudes.begin()->second, "' is a DoRA magnitude without a .lora_a / .lora_b "
+         "pair; expected one beside each pair");
   finalize_targets(out, file);
   return out;
 }

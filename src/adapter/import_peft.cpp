@@ -1,12 +1,17 @@
-// Hugging Face PEFT adapters: adapter_config.json (peft_type LORA or LOKR) + adapter_model.safetensors.
+// Hugging Face PEFT adapters: adapter_config.json (peft_type LORA, LOKR or LOHA) +
+// adapter_model.safetensors.
 //
 // LoRA keys: `<module>.lora_A.weight` [r, in] / `.lora_B.weight` [out, r] (also the unstripped
 // `.lora_A.default.weight`), `<module>.lora_embedding_A` [r, num_emb] / `.lora_embedding_B` [dim, r]
 // (embedding, normalized to B = Aᵀ, A = Bᵀ). LoKr keys: `<module>.lokr_w1[_a/_b]`, `lokr_w2[_a/_b]`.
+// LoHa keys: `<module>.hada_w1_a` [out, r], `hada_w1_b` [r, in], `hada_w2_a`, `hada_w2_b`.
+// DoRA (use_dora): `<module>.lora_magnitude_vector` [out] beside each Linear pair, required on every
+// module; DoRA on an embedding is refused (PEFT normalizes it per hidden column, over the whole
+// vocabulary, which neither the fused nor the unfused path implements).
 // Module names keep the `base_model.model.` prefix (bindings strip aliases); patterns are matched
 // without it, as PEFT matches the model's own module names.
 //
-// Scale: LoRA lora_alpha/r, rsLoRA lora_alpha/√r; LoKr alpha/r always. r and alpha are resolved per
+// Scale: LoRA lora_alpha/r, rsLoRA lora_alpha/√r (DoRA likewise); LoKr and LoHa alpha/r always. r and alpha are resolved per
 // module through rank_pattern / alpha_pattern (PEFT get_pattern_key: first key in dict order whose
 // regex `(.*\.)?(<key>)$` matches), independently; a key that matches no module is an error.
 //
@@ -17,6 +22,7 @@
 #include <set>
 #include <string>
 
+#include "graft/adapter/bind.h"
 #include "import_common.h"
 
 namespace graft::adapter::detail {
@@ -40,6 +46,8 @@ const std::set<std::string> kLoraHarmless = {
     "eva_config",
     // VeLoRA only changes the backward pass; forward and merge are plain LoRA
     "velora_config",
+    // DoRA: the magnitude vectors are read and checked below
+    "use_dora",
 };
 const std::set<std::string> kLokrHarmless = {
     "r", "alpha", "rank_dropout", "module_dropout", "rank_dropout_scale", "target_modules", "exclude_modules",
@@ -50,8 +58,12 @@ const std::set<std::string> kLokrHarmless = {
 };
 
 // Fields that must be unset (null/false/""/[]/{}), with the reason.
+const std::set<std::string> kLohaHarmless = {
+    "r", "alpha", "rank_dropout", "module_dropout", "target_modules", "exclude_modules", "layers_to_transform",
+    "layers_pattern", "task_type", "inference_mode", "base_model_name_or_path", "revision", "peft_type",
+    "auto_mapping", "peft_version", "init_weights", "modules_to_save", "rank_pattern", "alpha_pattern",
+};
 const std::map<std::string, const char*> kLoraMustBeUnset = {
-    {"use_dora", "DoRA adapters are not supported (the magnitude rescale is not a low-rank update)"},
     {"fan_in_fan_out", "fan_in_fan_out adapters store [in, out] factors for Conv1D bases; graft does not transpose"},
     {"lora_bias", "lora_bias adds a trained bias to lora_B; not supported"},
     {"use_qalora", "QALoRA pools inputs before lora_A; different delta semantics"},
@@ -71,9 +83,14 @@ const std::map<std::string, const char*> kLoraMustBeUnset = {
 const std::map<std::string, const char*> kLokrMustBeUnset = {
     {"use_effective_conv2d", "effective-conv2d LoKr uses Tucker (lokr_t2) factors; not supported"},
 };
+const std::map<std::string, const char*> kLohaMustBeUnset = {
+    {"use_effective_conv2d", "effective-conv2d LoHa uses Tucker (hada_t1/hada_t2) factors; not supported"},
+};
 
 struct PeftConfig {
   bool lokr = false;
+  bool loha = false;
+  bool dora = false;
   int64_t r = 8;
   double alpha = 8;
   bool rslora = false;
@@ -98,11 +115,13 @@ PeftConfig read_config(const std::string& path, const Json& cfg, std::map<std::s
   PeftConfig c;
   const Json& pt = cfg["peft_type"];
   std::string type = pt.is_string() ? pt.get<std::string>() : pt.dump();
-  if (type != "LORA" && type != "LOKR")
-    fail("'", path, "': field 'peft_type' is \"", type, "\": this PEFT method is not supported; expected LORA or LOKR");
+  if (type != "LORA" && type != "LOKR" && type != "LOHA")
+    fail("'", path, "': field 'peft_type' is \"", type,
+         "\": this PEFT method is not supported; expected LORA, LOKR or LOHA");
   c.lokr = type == "LOKR";
-  const auto& harmless = c.lokr ? kLokrHarmless : kLoraHarmless;
-  const auto& must_unset = c.lokr ? kLokrMustBeUnset : kLoraMustBeUnset;
+  c.loha = type == "LOHA";
+  const auto& harmless = c.lokr ? kLokrHarmless : c.loha ? kLohaHarmless : kLoraHarmless;
+  const auto& must_unset = c.lokr ? kLokrMustBeUnset : c.loha ? kLohaMustBeUnset : kLoraMustBeUnset;
   for (auto it = cfg.begin(); it != cfg.end(); ++it) {
     const std::string& k = it.key();
     const Json& v = it.value();
@@ -112,13 +131,13 @@ PeftConfig read_config(const std::string& path, const Json& cfg, std::map<std::s
         fail("'", path, "': field '", k, "' is ", json_brief(v), ": ", m->second, "; expected it unset or false");
       continue;
     }
-    if (!c.lokr && k == "bias") {
+    if (!c.lokr && !c.loha && k == "bias") {
       if (!v.is_null() && v != "none")
         fail("'", path, "': field 'bias' is ", json_brief(v),
              ": the file carries trained base biases; not supported; expected \"none\"");
       continue;
     }
-    if (k == "init_lora_weights" && !c.lokr) {
+    if (k == "init_lora_weights" && !c.lokr && !c.loha) {
       check_init(path, k, v);
       continue;
     }
@@ -126,11 +145,16 @@ PeftConfig read_config(const std::string& path, const Json& cfg, std::map<std::s
       fail("'", path, "': field '", k, "' is ", json_brief(v),
            ": semantics-changing or unknown PEFT config field; expected it absent, null or false");
   }
-  const char* alpha_field = c.lokr ? "alpha" : "lora_alpha";
+  const char* alpha_field = c.lokr || c.loha ? "alpha" : "lora_alpha";
   if (cfg.contains("r") && !cfg["r"].is_null()) c.r = json_positive_int(cfg["r"], path, "r");
   if (cfg.contains(alpha_field) && !cfg[alpha_field].is_null())
     c.alpha = json_number(cfg[alpha_field], path, alpha_field);
-  if (!c.lokr && cfg.contains("use_rslora") && !cfg["use_rslora"].is_null()) {
+  if (!c.lokr && !c.loha && cfg.contains("use_dora") && !cfg["use_dora"].is_null()) {
+    if (!cfg["use_dora"].is_boolean())
+      fail("'", path, "': field 'use_dora' is ", json_brief(cfg["use_dora"]), "; expected true or false");
+    c.dora = cfg["use_dora"].get<bool>();
+  }
+  if (!c.lokr && !c.loha && cfg.contains("use_rslora") && !cfg["use_rslora"].is_null()) {
     if (!cfg["use_rslora"].is_boolean())
       fail("'", path, "': field 'use_rslora' is ", json_brief(cfg["use_rslora"]), "; expected true or false");
     c.rslora = cfg["use_rslora"].get<bool>();
@@ -148,7 +172,8 @@ PeftConfig read_config(const std::string& path, const Json& cfg, std::map<std::s
   meta["peft_type"] = type;
   meta["r"] = std::to_string(c.r);
   meta[alpha_field] = num_str(c.alpha);
-  if (!c.lokr) meta["use_rslora"] = c.rslora ? "true" : "false";
+  if (!c.lokr && !c.loha) meta["use_rslora"] = c.rslora ? "true" : "false";
+  if (c.dora) meta["use_dora"] = "true";
   for (const char* k : {"target_modules", "base_model_name_or_path", "revision", "task_type", "peft_version"})
     if (cfg.contains(k) && !cfg[k].is_null()) meta[k] = cfg[k].is_string() ? cfg[k].get<std::string>() : cfg[k].dump();
   return c;
@@ -156,7 +181,7 @@ PeftConfig read_config(const std::string& path, const Json& cfg, std::map<std::s
 
 // ---- tensors --------------------------------------------------------------------------------
 
-enum Role { kA, kB, kEA, kEB, kLokr, kBase, kFull, kDora, kLoraBias, kTucker, kOther };
+enum Role { kA, kB, kEA, kEB, kLokr, kLoha, kBase, kFull, kDora, kLoraBias, kTucker, kOther };
 struct SuffixRole {
   std::string_view suffix;
   Role role;
@@ -178,6 +203,9 @@ const std::vector<SuffixRole> kTable = {
     {".lora_magnitude_vector.default", kDora}, {".lora_magnitude_vector.default.weight", kDora},
     {".lora_A.bias", kLoraBias}, {".lora_B.bias", kLoraBias}, {".lora_B.default.bias", kLoraBias},
     {".lokr_t1", kTucker}, {".lokr_t2", kTucker}, {".lokr_t2.default", kTucker},
+    {".hada_w1_a", kLoha, "hada_w1_a"}, {".hada_w1_b", kLoha, "hada_w1_b"},
+    {".hada_w2_a", kLoha, "hada_w2_a"}, {".hada_w2_b", kLoha, "hada_w2_b"},
+    {".hada_t1", kTucker}, {".hada_t2", kTucker},
 };
 
 std::vector<std::string_view> table_suffixes() {
@@ -187,7 +215,7 @@ std::vector<std::string_view> table_suffixes() {
 }
 
 struct ModuleKeys {
-  std::string a, b, ea, eb;
+  std::string a, b, ea, eb, magnitude;
   RoleKeys lokr;
   std::vector<std::string> all;
 };
@@ -246,17 +274,27 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
     if (role == kFull && has_adapter_component(sk.module)) role = kOther;
     switch (role) {
       case kOther:
-        fail("'", file, "': tensor '", key, "' is not a PEFT ", c.lokr ? "LoKr" : "LoRA",
+        fail("'", file, "': tensor '", key, "' is not a PEFT ", c.lokr ? "LoKr" : c.loha ? "LoHa" : "LoRA",
              " key graft reads; expected <module>.", c.lokr ? "lokr_w1[_a|_b] / lokr_w2[_a|_b]" :
+             c.loha ? "hada_w1_a / hada_w1_b / hada_w2_a / hada_w2_b" :
              "lora_A.weight / lora_B.weight, lora_embedding_A / lora_embedding_B", ", or modules_to_save weights");
-      case kDora:
-        fail("'", file, "': tensor '", key, "' is a DoRA magnitude vector (use_dora): DoRA adapters are not "
-             "supported; expected plain LoRA factors");
+      case kDora: {
+        if (!c.dora)
+          fail("'", file, "': tensor '", key, "' is a DoRA magnitude vector but adapter_config.json does not set "
+               "use_dora; expected use_dora: true with magnitude vectors, or plain LoRA factors");
+        ModuleKeys& mk = modules[sk.module];
+        if (!mk.magnitude.empty())
+          fail("'", file, "': tensors '", mk.magnitude, "' and '", key, "' are both the DoRA magnitude of module '",
+               sk.module, "'; expected one");
+        mk.magnitude = key;
+        mk.all.push_back(key);
+        continue;
+      }
       case kLoraBias:
         fail("'", file, "': tensor '", key, "' is a LoRA bias (lora_bias): not supported; expected no bias factors");
       case kTucker:
-        fail("'", file, "': tensor '", key, "' is a Tucker core (lokr_t2, conv LoKr): not supported; expected "
-             "matrix factors only");
+        fail("'", file, "': tensor '", key, "' is a Tucker core (lokr_t*/hada_t*, conv LoKr/LoHa): not supported; "
+             "expected matrix factors only");
       case kBase:
         base_keys.emplace_back(sk.module, key);
         continue;
@@ -278,10 +316,13 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
       }
       default: break;
     }
-    const bool is_lokr = role == kLokr;
-    if (is_lokr != c.lokr)
-      fail("'", file, "': tensor '", key, "' is a ", is_lokr ? "LoKr" : "LoRA", " factor but adapter_config.json says "
-           "peft_type ", c.lokr ? "LOKR" : "LORA", "; expected ", c.lokr ? "lokr_* factors" : "lora_A / lora_B factors");
+    const bool is_lokr = role == kLokr, is_loha = role == kLoha;
+    if (is_lokr != c.lokr || is_loha != c.loha) {
+      const char* kind = is_lokr ? "LoKr" : is_loha ? "LoHa" : "LoRA";
+      fail("'", file, "': tensor '", key, "' is a ", kind, " factor but adapter_config.json says peft_type ",
+           c.lokr ? "LOKR" : c.loha ? "LOHA" : "LORA", "; expected ",
+           c.lokr ? "lokr_* factors" : c.loha ? "hada_* factors" : "lora_A / lora_B factors");
+    }
     ModuleKeys& mk = modules[sk.module];
     std::string* slot = role == kA ? &mk.a : role == kB ? &mk.b : role == kEA ? &mk.ea : role == kEB ? &mk.eb
                                                                              : &mk.lokr[kTable[sk.suffix].lokr_role];
@@ -298,8 +339,9 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
     auto a_pat = c.alpha_pattern.resolve(name);
     const int64_t r = r_pat ? json_positive_int(Json(*r_pat), config_path, "rank_pattern (module " + name + ")") : c.r;
     const double alpha = a_pat ? *a_pat : c.alpha;
-    const double scale = c.lokr ? alpha / static_cast<double>(r)
-                                : c.rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+    const double scale = c.lokr || c.loha ? alpha / static_cast<double>(r)
+                     : c.rslora       ? alpha / std::sqrt(static_cast<double>(r))
+                                      : alpha / static_cast<double>(r);
     auto check_rank = [&](int64_t actual, const std::string& key) {
       if (actual != r)
         fail("'", file, "': module '", module, "' has rank ", actual, " (tensor '", key, "') but the config gives r = ",
@@ -308,7 +350,16 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
     AdapterTarget t;
     t.module = module;
     t.keys = mk.all;
-    if (c.lokr) {
+    if (c.dora && !mk.magnitude.empty() && mk.a.empty() && mk.b.empty() && mk.ea.empty() && mk.eb.empty())
+      fail("'", file, "': tensor '", mk.magnitude, "' is a DoRA magnitude of a module without LoRA factors; expected "
+           "lora_A / lora_B beside it");
+    if (c.loha) {
+      HadamardUpdate u = read_hadamard(*f, module, mk.lokr);
+      check_rank(u.w1a.shape[1], mk.lokr.at("hada_w1_a"));
+      check_rank(u.w2a.shape[1], mk.lokr.at("hada_w2_a"));
+      u.scale = static_cast<float>(scale);
+      t.update = std::move(u);
+    } else if (c.lokr) {
       KroneckerUpdate u = read_kronecker(*f, module, mk.lokr);
       if (u.w1_a.data) check_rank(u.w1_a.shape[1], mk.lokr.at("lokr_w1_a"));
       if (u.w2_a.data) check_rank(u.w2_a.shape[1], mk.lokr.at("lokr_w2_a"));
@@ -318,6 +369,10 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
       if (!mk.a.empty() || !mk.b.empty())
         fail("'", file, "': module '", module, "' has both linear (lora_A/lora_B) and embedding (lora_embedding_A/B) "
              "factors; expected one kind");
+      if (c.dora)
+        fail("'", file, "': module '", module, "' is a DoRA embedding (lora_embedding_A/B with use_dora): PEFT "
+             "normalizes it per hidden column over the whole vocabulary, which graft does not implement; expected "
+             "DoRA on Linear layers only");
       if (mk.ea.empty() || mk.eb.empty())
         fail("'", file, "': tensor '", mk.ea.empty() ? mk.eb : mk.ea, "' has no partner ",
              mk.ea.empty() ? "lora_embedding_A" : "lora_embedding_B", "; expected both halves of each pair");
@@ -342,7 +397,20 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
         fail("'", file, "': tensors '", mk.a, "' ", shape_str(a.shape), " and '", mk.b, "' ", shape_str(b.shape),
              " do not pair; expected lora_A.weight [r, in] and lora_B.weight [out, r]");
       check_rank(a.shape[0], mk.a);
-      t.update = LowRankUpdate{a, b, static_cast<float>(scale)};
+      if (c.dora) {
+        if (mk.magnitude.empty())
+          fail("'", file, "': module '", module, "' has no DoRA magnitude (lora_magnitude_vector) but "
+               "adapter_config.json sets use_dora; expected one beside every LoRA pair");
+        Tensor m = read_checked(*f, mk.magnitude);
+        if (m.numel() != b.shape[0] || m.shape.empty() || m.shape.size() > 2 ||
+            (m.shape.size() == 2 && m.shape[1] != 1 && m.shape[0] != 1))
+          fail("'", file, "': tensor '", mk.magnitude, "' has shape ", shape_str(m.shape), " but module '", module,
+               "' has ", b.shape[0], " output rows; expected a DoRA magnitude [", b.shape[0], "]");
+        m.shape = {b.shape[0]};
+        t.update = DoraUpdate{LowRankUpdate{a, b, static_cast<float>(scale)}, m};
+      } else {
+        t.update = LowRankUpdate{a, b, static_cast<float>(scale)};
+      }
     }
     out.targets.push_back(std::move(t));
   }
@@ -360,15 +428,15 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
     Tensor v = read_checked(*f, key);
     if (param == "weight") {
       Shape delta;
-      if (const auto* lr = std::get_if<LowRankUpdate>(&adapted->update)) delta = {lr->b.shape[0], lr->a.shape[1]};
-      else if (const auto* kr = std::get_if<KroneckerUpdate>(&adapted->update)) delta = kronecker_shape(*kr);
+      delta = update_delta_shape(adapted->update);
       if (v.shape != delta)
         fail("'", file, "': tensor '", key, "' has shape ", shape_str(v.shape), " but the adapter's update of module '",
              module, "' is ", shape_str(delta), "; expected the base-layer copy to match the update's shape");
     }
     out.base_copies.push_back(BaseWeightCopy{module, param, v, key});
   }
-  if (out.targets.empty()) fail("'", file, "': no adapter tensors; expected at least one LoRA/LoKr factor pair");
+  if (out.targets.empty())
+    fail("'", file, "': no adapter tensors; expected at least one LoRA/LoKr/LoHa factor set");
   finalize_targets(out, file);
   return out;
 }

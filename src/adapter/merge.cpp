@@ -36,14 +36,7 @@ bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
-const char* kind_name(const Update& u) {
-  switch (u.index()) {
-    case 0: return "lora";
-    case 1: return "lokr";
-    case 2: return "diff";
-    default: return "replace";
-  }
-}
+const char* kind_name(const Update& u) { return update_kind(u); }
 
 bool plain_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
@@ -106,6 +99,31 @@ void prepare(const PlannedUpdate& pu, size_t index, const Tensor& base, int64_t 
     dw_rows = t.p * t.m;
     dw_cols = t.q * t.n;
     t.s = kr->scale * pu.strength;
+  } else if (const auto* dr = std::get_if<DoraUpdate>(&u)) {
+    const LowRankUpdate& lr = dr->lora;
+    if (base.shape.size() != 2)
+      fail(what, ": a 1-D base ", shape_str(base.shape), " takes only diff or replace updates");
+    if (lr.a.shape.size() != 2 || lr.b.shape.size() != 2 || lr.a.shape[0] != lr.b.shape[1])
+      fail(what, ": A ", shape_str(lr.a.shape), " and B ", shape_str(lr.b.shape),
+           " are not A [r, in] and B [out, r] with one rank r");
+    if (!plain_float(lr.a.dtype) || !plain_float(lr.b.dtype) || !plain_float(dr->magnitude.dtype))
+      fail(what, ": A, B and the magnitude must be F32, F16 or BF16");
+    if (dr->magnitude.numel() != lr.b.shape[0] || dr->magnitude.shape.size() != 1)
+      fail(what, ": magnitude ", shape_str(dr->magnitude.shape), " does not give one value per output row of B ",
+           shape_str(lr.b.shape));
+    t.kind = Term::Kind::Dora;
+    t.r = lr.a.shape[0];
+    dw_rows = lr.b.shape[0];
+    dw_cols = lr.a.shape[1];
+    t.s = lr.scale * pu.strength;
+  } else if (const auto* hd = std::get_if<HadamardUpdate>(&u)) {
+    if (base.shape.size() != 2)
+      fail(what, ": a 1-D base ", shape_str(base.shape), " takes only diff or replace updates");
+    t.kind = Term::Kind::Hadamard;
+    const Shape dws = detail::prepare_hadamard(*hd, index, pu.src_row, pu.rows, t);
+    dw_rows = dws[0];
+    dw_cols = dws[1];
+    t.s = hd->scale * pu.strength;
   } else if (const auto* df = std::get_if<DiffUpdate>(&u)) {
     if (df->diff.shape.size() != base.shape.size())
       fail(what, ": diff ", shape_str(df->diff.shape), " does not match the rank of base ", shape_str(base.shape));
@@ -152,8 +170,16 @@ void prepare(const PlannedUpdate& pu, size_t index, const Tensor& base, int64_t 
     return;
   }
   if (t.s == 0.0f || t.rows == 0) return;  // contributes nothing: the base stays exact
-  if (t.kind == Term::Kind::LowRank) {
-    const auto& lr = std::get<LowRankUpdate>(u);
+  if (t.kind == Term::Kind::LowRank || t.kind == Term::Kind::Dora) {
+    const auto* dora = std::get_if<DoraUpdate>(&u);
+    const LowRankUpdate& lr = dora ? dora->lora : std::get<LowRankUpdate>(u);
+    if (dora) {
+      if (!dora->magnitude.data) fail(what, ": magnitude has no data");
+      t.mag.resize(static_cast<size_t>(t.rows));
+      convert_to_f32(dora->magnitude.dtype,
+                     static_cast<const uint8_t*>(dora->magnitude.data) + dtype_bytes(dora->magnitude.dtype, t.src_row),
+                     t.mag.data(), t.rows);
+    }
     t.a = detail::factor_f32(lr.a, id + " A");
     if (!lr.b.data) fail(what, ": B ", shape_str(lr.b.shape), " has no data");
     // Only the planned rows of B, read once.
@@ -230,6 +256,14 @@ void merge_rows(const Plan& plan, int64_t begin, int64_t end) {
   float* __restrict w = wv.data();
   float* __restrict d = dv.data();
   float* __restrict tmp = tv.data();
+  bool any_dora = false, any_hadamard = false;
+  for (const Term& t : plan.terms) {
+    any_dora = any_dora || t.kind == Term::Kind::Dora;
+    any_hadamard = any_hadamard || t.kind == Term::Kind::Hadamard;
+  }
+  // DoRA rows keep the unmerged base row for the norm; LoHa needs a second scratch row.
+  std::vector<float> base_row(static_cast<size_t>(any_dora ? cols : 0));
+  std::vector<float> tmp2(static_cast<size_t>(any_dora || any_hadamard ? cols : 0));
   int64_t max_r = 0;
   for (const Term& t : plan.terms) max_r = std::max(max_r, t.r);
   std::vector<float> coef(static_cast<size_t>(max_r));
@@ -249,6 +283,7 @@ void merge_rows(const Plan& plan, int64_t begin, int64_t end) {
       continue;
     }
     convert_to_f32(plan.base->dtype, base + o * plan.base_row_bytes, w, cols);
+    if (any_dora) std::copy(w, w + cols, base_row.begin());
     // Rank-wise adds every term straight into W; the other policies sum D first.
     float* acc = rank_wise ? w : d;
     bool touched = false;
@@ -259,6 +294,18 @@ void merge_rows(const Plan& plan, int64_t begin, int64_t end) {
       if (!touched && !rank_wise) std::fill(d, d + cols, 0.0f);
       touched = true;
       switch (t.kind) {
+        case Term::Kind::Dora: {
+          // Everything before a DoRA update is rescaled with it: first fold the pending D into W
+          // (with the policy's rounding of D), then W = f ⊙ (W + s·P).
+          const bool bf16_delta = plan.policy == MergePolicy::RoundedBF16Delta;
+          if (!rank_wise) {
+            for (int64_t i = 0; i < cols; ++i) w[i] = w[i] + (bf16_delta ? round_bf16(d[i]) : d[i]);
+            std::fill(d, d + cols, 0.0f);
+          }
+          detail::apply_dora_row(t, local, base_row.data(), cols, bf16_delta, w, tmp2.data());
+          break;
+        }
+        case Term::Kind::Hadamard: detail::add_hadamard_row(t, local, cols, acc, tmp, tmp2.data()); break;
         case Term::Kind::LowRank: {
           const float* brow = t.b.data() + local * t.r;
           int64_t nk = 0;

@@ -121,7 +121,7 @@ Runner add_generate_command(CLI::App& app) {
                  "repeatable; adapters stack)");
   app.add_option("--adapter-scaled", a->adapters_scaled, "Fused adapter(s) with a strength: DIR:SCALE[,DIR:SCALE...]");
   app.add_option("--lora", a->loras,
-                 "Adapter(s) kept unfused as low-rank terms with a live scale: DIR[,DIR...] (works on quantized bases)");
+                 "Adapter(s) kept unfused (LoRA, DoRA, LoKr, LoHa terms) with a live scale: DIR[,DIR...] (works on quantized bases)");
   app.add_option("--lora-scaled", a->loras_scaled, "Unfused adapter(s) with a scale: DIR:SCALE[,DIR:SCALE...]");
   app.footer(
       "Text streams to stdout; prompt and decode speeds go to stderr.\n"

@@ -32,6 +32,12 @@ void print_human(const nlohmann::json& d, const nlohmann::json* plan, const std:
                 t.contains("rank") ? std::to_string(t["rank"].get<int64_t>()).c_str() : "-", t["scale"].get<double>(),
                 t["dtype"].get<std::string>().c_str(), shape.c_str());
   }
+  for (const auto& t : d["targets"])
+    if (t.value("dora_magnitude", false)) {
+      std::printf("\nDoRA: every 'dora' target carries a magnitude m (one value per output row): W' = m / ||W + s*B*A||_row "
+                  "* (W + s*B*A)\n");
+      break;
+    }
   if (plan) {
     std::printf("\nbinds to %s: OK, %zu base tensor(s) change:\n", base.c_str(), (*plan)["tensors"].size());
     for (const auto& t : (*plan)["tensors"]) std::printf("  %s\n", t["tensor"].get<std::string>().c_str());

@@ -69,7 +69,7 @@ void report_adapters(engine::Engine& e, const engine::EngineOptions& o) {
   if (set.size() > 0) {
     int64_t terms = 0;
     for (const auto& ad : set.adapters) terms += ad->term_count;
-    std::fprintf(stderr, "unfused: %zu adapter(s), %lld low-rank term(s)\n", set.size(), static_cast<long long>(terms));
+    std::fprintf(stderr, "unfused: %zu adapter(s), %lld term(s)\n", set.size(), static_cast<long long>(terms));
   }
 }
 

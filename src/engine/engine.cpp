@@ -35,9 +35,12 @@ model::LoadedModel load(const EngineOptions& o, runtime::ThreadPool& pool) {
   return model::load_model(o.model, load);
 }
 
-std::shared_ptr<const runtime::LoraSet> unfused_set(const EngineOptions& o, const model::LoadedModel& m) {
+std::shared_ptr<const runtime::LoraSet> unfused_set(const EngineOptions& o, const model::LoadedModel& m,
+                                                    runtime::ThreadPool& pool) {
   if (o.fuse || o.adapters.empty()) return nullptr;
-  return runtime::make_lora_set(m.config, *m.source, o.adapters);
+  auto set = runtime::make_lora_set(m.config, *m.source, o.adapters);
+  runtime::prepare_lora_set(*set, m.weights, pool);  // DoRA row norms once, at load
+  return set;
 }
 
 }  // namespace
@@ -57,7 +60,7 @@ void Engine::check(const EngineOptions& o) {
 Engine::Engine(EngineOptions options)
     : pool_(options.threads),
       model_(load(options, pool_)),
-      registry_(adapter_infos(options), unfused_set(options, model_), options.fuse),
+      registry_(adapter_infos(options), unfused_set(options, model_, pool_), options.fuse),
       transformer_(std::make_unique<runtime::Transformer>(model_.config, model_.weights,
                                                           registry_.shared_set())) {}
 

@@ -1,5 +1,6 @@
 #include "graft/runtime/lora.h"
 
+#include <cstring>
 #include <sstream>
 
 #include "graft/core/error.h"
@@ -50,6 +51,84 @@ std::map<std::string, Site> projection_sites(const model::ModelConfig& c) {
   return sites;
 }
 
+// F32 copy of rows [row0, row0 + rows) of a 2-D (or 1-D) F32/F16/BF16 tensor.
+std::vector<float> f32_rows(const Tensor& t, int64_t row0, int64_t rows) {
+  const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  if (!out.empty())
+    convert_to_f32(t.dtype, static_cast<const uint8_t*>(t.data) + dtype_bytes(t.dtype, row0 * cols), out.data(),
+                   rows * cols);
+  return out;
+}
+
+std::vector<float> f32_all(const Tensor& t) {
+  return t.data ? f32_rows(t, 0, t.shape.empty() ? 0 : t.shape[0]) : std::vector<float>{};
+}
+
+Tensor f32_tensor(const Shape& shape, std::vector<float> v) {
+  std::vector<uint8_t> bytes(v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+  return Tensor::owned(DType::F32, shape, std::move(bytes));
+}
+
+std::shared_ptr<const DoraRows> dora_rows(const Tensor& magnitude, int64_t src_row, int64_t rows) {
+  auto d = std::make_shared<DoraRows>();
+  d->magnitude = f32_rows(magnitude, src_row, rows);
+  return d;
+}
+
+// LoHa as the rank-r1·r2 pair A'[(k,l), i] = w1b[k,i]·w2b[l,i], B'[o,(k,l)] = w1a[o,k]·w2a[o,l]:
+// Σ_{k,l} B'[o,(k,l)]·A'[(k,l),i] = (Σ_k w1a[o,k]w1b[k,i])·(Σ_l w2a[o,l]w2b[l,i]), exactly in reals.
+LoraTerm hadamard_term(const adapter::HadamardUpdate& h, const adapter::PlannedUpdate& pu) {
+  const int64_t r1 = h.w1b.shape[0], r2 = h.w2b.shape[0], in = h.w1b.shape[1], rows = pu.rows;
+  const std::vector<float> w1a = f32_rows(h.w1a, pu.src_row, rows), w2a = f32_rows(h.w2a, pu.src_row, rows);
+  const std::vector<float> w1b = f32_all(h.w1b), w2b = f32_all(h.w2b);
+  const int64_t r = r1 * r2;
+  std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(rows * r));
+  for (int64_t k = 0; k < r1; ++k)
+    for (int64_t l = 0; l < r2; ++l)
+      for (int64_t i = 0; i < in; ++i) a[(k * r2 + l) * in + i] = w1b[k * in + i] * w2b[l * in + i];
+  for (int64_t o = 0; o < rows; ++o)
+    for (int64_t k = 0; k < r1; ++k)
+      for (int64_t l = 0; l < r2; ++l) b[o * r + k * r2 + l] = w1a[o * r1 + k] * w2a[o * r2 + l];
+  LoraTerm t;
+  t.a = f32_tensor({r, in}, std::move(a));
+  t.b = f32_tensor({rows, r}, std::move(b));
+  t.bt = transposed(t.b);
+  t.row0 = pu.dst_row;
+  t.scale = h.scale * pu.strength;
+  return t;
+}
+
+std::shared_ptr<const KronFactors> kron_factors(const adapter::KroneckerUpdate& k, int64_t src_row, int64_t rows) {
+  auto f = std::make_shared<KronFactors>();
+  if (k.w1.data) {
+    f->p = k.w1.shape[0];
+    f->q = k.w1.shape[1];
+    f->w1 = f32_all(k.w1);
+  } else {
+    f->p = k.w1_a.shape[0];
+    f->r1 = k.w1_a.shape[1];
+    f->q = k.w1_b.shape[1];
+    f->w1a = f32_all(k.w1_a);
+    f->w1b = f32_all(k.w1_b);
+  }
+  if (k.w2.data) {
+    f->m = k.w2.shape[0];
+    f->n = k.w2.shape[1];
+    f->w2 = f32_all(k.w2);
+  } else {
+    f->m = k.w2_a.shape[0];
+    f->r2 = k.w2_a.shape[1];
+    f->n = k.w2_b.shape[1];
+    f->w2a = f32_all(k.w2_a);
+    f->w2b = f32_all(k.w2_b);
+  }
+  f->src_row = src_row;
+  f->rows = rows;
+  return f;
+}
+
 }  // namespace
 
 std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapterPlan& plan,
@@ -62,13 +141,30 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
   for (const auto& [tensor, updates] : plan.updates) {
     for (const adapter::PlannedUpdate& pu : updates) {
       const auto* lr = std::get_if<adapter::LowRankUpdate>(pu.update);
-      if (!lr) {
+      LoraTerm t;
+      t.row0 = pu.dst_row;
+      if (lr) {
+        const Tensor b = row_slice(lr->b, pu.src_row, pu.rows);
+        t = LoraTerm{lr->a, b, transposed(b), pu.dst_row, lr->scale * pu.strength, nullptr, nullptr};
+      } else if (tensor == model::kEmbedName) {
         problems.push_back("'" + tensor + "' gets a " + adapter::update_kind(*pu.update) +
-                           " update, which has no low-rank form; apply this adapter fused with --adapter");
+                           " update: on the embedding only LoRA runs unfused; apply this adapter fused with "
+                           "--adapter");
+        continue;
+      } else if (const auto* dr = std::get_if<adapter::DoraUpdate>(pu.update)) {
+        const Tensor b = row_slice(dr->lora.b, pu.src_row, pu.rows);
+        t = LoraTerm{dr->lora.a, b, transposed(b), pu.dst_row, dr->lora.scale * pu.strength, nullptr, nullptr};
+        t.dora = dora_rows(dr->magnitude, pu.src_row, pu.rows);
+      } else if (const auto* hd = std::get_if<adapter::HadamardUpdate>(pu.update)) {
+        t = hadamard_term(*hd, pu);
+      } else if (const auto* kr = std::get_if<adapter::KroneckerUpdate>(pu.update)) {
+        t.scale = kr->scale * pu.strength;
+        t.kron = kron_factors(*kr, pu.src_row, pu.rows);
+      } else {
+        problems.push_back("'" + tensor + "' gets a " + adapter::update_kind(*pu.update) +
+                           " update, which has no unfused form; apply this adapter fused with --adapter");
         continue;
       }
-      const Tensor b = row_slice(lr->b, pu.src_row, pu.rows);
-      LoraTerm t{lr->a, b, transposed(b), pu.dst_row, lr->scale * pu.strength};
       if (tensor == model::kEmbedName) {
         out->embed.push_back(t);
         // A tied head is the embedding read as a linear layer: the same ΔE changes the logits.

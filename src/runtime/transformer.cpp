@@ -77,6 +77,7 @@ void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const f
     std::vector<float> low;  // [rows, r]
   };
   std::vector<Active> active;
+  bool any_dora = false;
   const int64_t site = p == Projection::LmHead ? config_.num_layers : layer;
   std::vector<float> gathered;
   for (size_t a = 0; a < groups.size(); ++a) {
@@ -91,27 +92,28 @@ void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const f
       xs = gathered.data();
     }
     for (const LoraTerm& t : terms) {
-      Active act{&t, &ar, std::vector<float>(static_cast<size_t>(n * t.a.shape[0]))};
-      matmul(pool, xs, n, in, t.a, act.low.data());
+      Active act{&t, &ar, std::vector<float>(static_cast<size_t>(n * t.low_width()))};
+      lora_term_down(pool, t, xs, n, in, *w, act.low.data());
+      any_dora = any_dora || t.dora;
       active.push_back(std::move(act));
     }
   }
 
+  // A DoRA term rescales what comes before it but never the bias (PEFT and mlx-lm add the bias
+  // after the rescale), so with DoRA active the bias comes last.
   const ColumnEpilogue epilogue = [&](int64_t j0, int64_t j1) {
-    if (has_bias) {
+    auto add_bias = [&] {
       const float* b = bias->as<float>();
       for (int64_t r = 0; r < m; ++r)
         for (int64_t j = j0; j < j1; ++j) y[r * out + j] += b[j];
-    }
+    };
+    if (has_bias && !any_dora) add_bias();
     for (const Active& act : active) {
-      const LoraTerm& t = *act.term;
-      const int64_t c0 = std::max(j0, t.row0), c1 = std::min(j1, t.row0 + t.bt.shape[1]);
-      if (c0 >= c1) continue;
-      const int64_t r = t.bt.shape[0];
+      const int64_t width = act.term->low_width();
       for (size_t i = 0; i < act.rows->rows.size(); ++i)
-        lora_up_add(t.bt, &act.low[i * r], t.scale * act.rows->scales[i], c0 - t.row0, c1 - t.row0,
-                    y + act.rows->rows[i] * out + c0);
+        lora_term_up(*act.term, &act.low[i * width], act.rows->scales[i], j0, j1, y + act.rows->rows[i] * out);
     }
+    if (has_bias && any_dora) add_bias();
   };
   const ColumnEpilogue* ep = (has_bias || !active.empty()) ? &epilogue : nullptr;
   matmul(pool, x, m, *w, y, false, ep);

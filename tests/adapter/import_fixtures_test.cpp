@@ -46,6 +46,8 @@ float scale_of(const Update& u) {
   if (const auto* l = std::get_if<LowRankUpdate>(&u)) return l->scale;
   if (const auto* k = std::get_if<KroneckerUpdate>(&u)) return k->scale;
   if (const auto* d = std::get_if<DiffUpdate>(&u)) return d->scale;
+  if (const auto* h = std::get_if<HadamardUpdate>(&u)) return h->scale;
+  if (const auto* r = std::get_if<DoraUpdate>(&u)) return r->lora.scale;
   return 1.0f;
 }
 

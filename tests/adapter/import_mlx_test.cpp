@@ -223,10 +223,9 @@ TEST(ImportMlx, ConfigRefusals) {
       for (const auto& p : all) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
     }
   };
-  check(R"({"fine_tune_type": "dora"})", {"fine_tune_type", "DoRA adapters are not supported"});
   check(R"({"fine_tune_type": "full"})", {"fine_tune_type", "full"});
-  check(R"({"fine_tune_type": "lokr"})", {"fine_tune_type", "expected \"lora\""});
-  check(R"({"fine_tune_type": "lora", "use_dora": true})", {"use_dora", "DoRA"});
+  check(R"({"fine_tune_type": "lokr"})", {"fine_tune_type", "expected \"lora\" or \"dora\""});
+  check(R"({"fine_tune_type": "lora", "use_dora": true})", {"use_dora", "dora"});
   check(R"({"lora_parameters": {"rank": 0}})", {"lora_parameters.rank", "positive integer"});
   check(R"({"lora_parameters": {"scale": "big"}})", {"lora_parameters.scale", "number"});
   check(R"({"lora_parameters": [1]})", {"lora_parameters", "object"});
@@ -240,7 +239,7 @@ TEST(ImportMlx, TensorRefusals) {
   const std::string q = kQ;
   std::vector<Case> cases = {
       {{{q + ".lora_a", make_tensor({6, 4})}, {q + ".lora_b", make_tensor({4, 5})}, {q + ".m", make_tensor({5})}},
-       {q + ".m", "DoRA adapters are not supported"}},
+       {q + ".m", "DoRA magnitude", "fine_tune_type"}},
       {{{q + ".lora_a", make_tensor({6, 4})}, {q + ".lora_b", make_tensor({4, 5})}, {q + ".weight", make_tensor({5, 6})}},
        {q + ".weight", "not part of the mlx-lm native contract", ".lora_a / .lora_b"}},
       {{{q + ".lora_A.weight", make_tensor({4, 6})}, {q + ".lora_B.weight", make_tensor({5, 4})}},

@@ -224,7 +224,7 @@ TEST(ImportPeft, ConfigFieldRefusals) {
   TensorList t;
   add_pair(t, kQ0, 4);
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"use_dora", "true"}, {"fan_in_fan_out", "true"}, {"use_qalora", "true"},
+      {"use_dora", R"("yes")"}, {"fan_in_fan_out", "true"}, {"use_qalora", "true"},
       {"use_bdlora", R"({"nblocks": 2})"}, {"layer_replication", "[[0, 2], [1, 2]]"},
       {"trainable_token_indices", "[1, 2]"}, {"target_parameters", R"(["experts.down_proj"])"},
       {"alora_invocation_tokens", "[5, 6]"}, {"arrow_config", R"({"top_k": 2})"},
@@ -242,7 +242,10 @@ TEST(ImportPeft, ConfigFieldRefusals) {
   }
   expect_refused(R"({"peft_type": "LORA", "some_new_field": 3})", t,
                  {"semantics-changing or unknown PEFT config field"}, true);
-  expect_refused(R"({"peft_type": "LOHA"})", t, {"peft_type", "LOHA"}, true);
+  // LoHa factors under a LOHA config are read; LoRA pairs are not LoHa factors.
+  expect_refused(R"({"peft_type": "LOHA"})", t, {"lora_A.weight", "LoRA factor", "peft_type LOHA"}, false);
+  // use_dora without a magnitude beside a pair.
+  expect_refused(R"({"peft_type": "LORA", "r": 4, "use_dora": true})", t, {kQ0, "no DoRA magnitude"}, false);
   expect_refused(R"({"peft_type": "IA3"})", t, {"peft_type", "IA3"}, true);
 }
 
@@ -266,7 +269,8 @@ TEST(ImportPeft, TensorRefusals) {
     t.push_back({key, v});
     return t;
   };
-  expect_refused(cfg, plus(kQ0 + ".lora_magnitude_vector", make_tensor({5})), {"lora_magnitude_vector", "DoRA"});
+  expect_refused(cfg, plus(kQ0 + ".lora_magnitude_vector", make_tensor({5})),
+                 {"lora_magnitude_vector", "DoRA", "use_dora"});
   expect_refused(cfg, plus(kQ0 + ".lora_B.bias", make_tensor({5})), {kQ0 + ".lora_B.bias", "lora_bias"});
   expect_refused(cfg, plus(kQ0 + ".hada_w1_a", make_tensor({5, 2})), {kQ0 + ".hada_w1_a"});
   expect_refused(cfg, plus(kQ0 + ".lora_A.other.weight", make_tensor({4, 6})), {kQ0 + ".lora_A.other.weight"});

@@ -15,6 +15,11 @@
 //   of max(|W|, |Δ|), and at most 0.5% of elements not bit-identical.
 // - LyCORIS: compared with merged_forward.safetensors (W + s·kron), the weight LyCORIS's forward
 //   pass and ComfyUI use; LyCORIS 4.1.3's merge_to applies the scale twice (see expected.json).
+//   LyCORIS LoHa likewise (W + s·(w1a·w1b) ⊙ (w2a·w2b)).
+// - DoRA (F32): the same bound, with max|Δ| = max|merged - W| (which includes the magnitude's
+//   rescale): the norm and the factor m/‖V‖ add a few roundings relative to |W'|, far below it;
+//   a norm over the wrong axis or without the scale moves whole rows by the rescale itself.
+//   BF16 (PEFT rounds f·(W + Δ) to BF16 once, as DeltaF32 does): the BF16 rule above.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,7 +38,9 @@ namespace fs = std::filesystem;
 
 const char* kFixtures[] = {"peft_lora",  "peft_rslora", "peft_patterns", "peft_modules_to_save", "peft_embed", "peft_bf16",
                            "peft_lokr", "peft_lokr_decompose_both", "lycoris_lokr", "lycoris_lokr_decompose_both",
-                           "mlx_lora", "kohya_lora"};
+                           "mlx_lora", "kohya_lora",
+                           // tools/gen_dora_loha_fixtures.py: DoRA (PEFT, mlx-lm) and LoHa (PEFT, LyCORIS)
+                           "peft_dora", "peft_dora_bf16", "mlx_dora", "peft_loha", "lycoris_loha"};
 
 class RealToolMerge : public ::testing::TestWithParam<const char*> {};
 

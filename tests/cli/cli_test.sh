@@ -94,7 +94,20 @@ expect_error gen-other-base "does not match the base" -- generate -m "$SRC/tests
   --adapter "$PEFT"
 expect_error gen-other-base-unfused "does not match the base" -- generate -m "$SRC/tests/fixtures/models/qwen3_f32" -p hi \
   --lora "$PEFT"
-expect_error gen-lokr-unfused "no low-rank form" -- generate -m "$TINY" -p hi --lora "$SRC/tests/fixtures/adapters/peft_lokr"
+# DoRA, LoKr and LoHa: fused and unfused give the same greedy text, at scale 1 and 0.5; inspect names them.
+for fx in peft_dora peft_lokr lycoris_loha/adapter.safetensors; do
+  A=$SRC/tests/fixtures/adapters/$fx
+  for sc in 1 0.5; do
+    "$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --adapter-scaled "$A:$sc" >"$TMP/f" 2>"$TMP/err" \
+      || fail "generate --adapter $fx: $(cat "$TMP/err")"
+    "$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --lora-scaled "$A:$sc" >"$TMP/u" 2>"$TMP/err" \
+      || fail "generate --lora $fx: $(cat "$TMP/err")"
+    cmp -s "$TMP/f" "$TMP/u" || fail "$fx at $sc: fused and unfused greedy text differ"
+  done
+done
+"$GRAFT" inspect "$SRC/tests/fixtures/adapters/peft_dora" >"$TMP/insp" || fail "inspect peft_dora"
+grep -q " dora " "$TMP/insp" && grep -q "magnitude m" "$TMP/insp" || fail "inspect does not show DoRA: $(cat "$TMP/insp")"
+"$GRAFT" inspect "$SRC/tests/fixtures/adapters/peft_loha" | grep -q " loha " || fail "inspect does not show LoHa"
 mkdir -p "$TMP/trunc_adapter"
 cp "$PEFT/adapter_config.json" "$TMP/trunc_adapter/"
 head -c 1000 "$PEFT/adapter_model.safetensors" >"$TMP/trunc_adapter/adapter_model.safetensors"

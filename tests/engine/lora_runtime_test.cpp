@@ -190,10 +190,18 @@ TEST(LoraRuntime, LiveScaleChangeAppliesFromTheNextToken) {
 TEST(LoraRuntime, RefusesWhatHasNoLowRankFormAndBadScales) {
   model::LoadedModel base = model::load_model(test::fixture("models/llama_f32"));
   try {
-    make_lora_set(base.config, *base.source, {{read("adapters/peft_lokr"), 1.0f}});
-    FAIL() << "LoKr applied unfused";
+    // A full diff has no unfused form (LoKr, LoHa and DoRA do: dora_live_test.cpp).
+    auto diff = std::make_shared<adapter::WeightAdapter>();
+    diff->path = "in-memory diff";
+    adapter::AdapterTarget t;
+    t.module = "model.layers.0.self_attn.q_proj";
+    const int64_t q = base.config.q_dim(), h = base.config.hidden_size;
+    t.update = adapter::DiffUpdate{Tensor::owned(DType::F32, {q, h}, std::vector<uint8_t>(q * h * 4, 0)), 1.0f};
+    diff->targets.push_back(t);
+    make_lora_set(base.config, *base.source, {{diff, 1.0f}});
+    FAIL() << "a diff applied unfused";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("lokr update, which has no low-rank form"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("diff update, which has no unfused form"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--adapter"), std::string::npos) << e.what();
   }
   auto set = make_lora_set(base.config, *base.source, {{read("adapters/peft_lora"), 1.0f}});

@@ -48,8 +48,28 @@ struct Replacement {
   Tensor value;
 };
 
-using Update = std::variant<LowRankUpdate, KroneckerUpdate, DiffUpdate, Replacement>;
-const char* update_kind(const Update& u);  // "lora" | "lokr" | "diff" | "replace"
+// ΔW = scale · (W1a·W1b) ⊙ (W2a·W2b) (LoHa: PEFT LOHA, LyCORIS hada_*), elementwise product of two
+// low-rank products: w1a [out, r1], w1b [r1, in], w2a [out, r2], w2b [r2, in]. Its rank is up to
+// r1·r2: row o of ΔW is Σ_{k,l} w1a[o,k]·w2a[o,l]·(w1b[k] ⊙ w2b[l]), which the unfused path uses.
+struct HadamardUpdate {
+  Tensor w1a, w1b, w2a, w2b;
+  float scale = 1.0f;
+};
+
+// DoRA (PEFT use_dora, mlx-lm fine_tune_type dora): not additive. With V = W + scale·B·A (W the
+// unmerged base), the adapted weight is W' = (m / ‖V‖) ⊙ V, the norm taken per output row of
+// [out, in] (PEFT DoraLinearLayer and mlx-lm DoRALinear agree; the norm is a constant, not a
+// trained quantity, in both). magnitude = m [out] (PEFT lora_magnitude_vector, mlx `.m`). Applied
+// after the updates before it in plan order: W' = f ⊙ (W + earlier updates + s·B·A), f from W alone
+// (PEFT's merge and its unmerged forward compose several adapters on one weight this way).
+struct DoraUpdate {
+  LowRankUpdate lora;
+  Tensor magnitude;  // [out] (F32/F16/BF16)
+};
+
+using Update = std::variant<LowRankUpdate, KroneckerUpdate, DiffUpdate, Replacement, HadamardUpdate, DoraUpdate>;
+// "lora" | "lokr" | "diff" | "replace" | "loha" | "dora"
+const char* update_kind(const Update& u);
 
 // One adapted parameter. `module` is the module path as the file spells it, with the format's
 // own key suffixes removed ("base_model.model.model.layers.0.self_attn.q_proj",

@@ -1,6 +1,15 @@
-// Unfused adapters: each adapter stays a set of low-rank terms y += s·(x·Aᵀ)·Bᵀ on the projections
-// it targets, with its scale chosen per sequence at every forward pass (live, no reload). The
-// factors keep their file dtype (F32/F16/BF16 widen exactly, so the term is what the file says).
+// Unfused adapters: each adapter stays a set of terms on the projections it targets, with its scale
+// chosen per sequence at every forward pass (live, no reload):
+//   * LoRA: y += s·(x·Aᵀ)·Bᵀ; factors keep their file dtype (F32/F16/BF16 widen exactly).
+//   * LoHa: the same form with its exact rank-r1·r2 factors, A'[(k,l)] = w1b[k] ⊙ w2b[l] and
+//     B'[o,(k,l)] = w1a[o,k]·w2a[o,l] (F32), since (w1a·w1b) ⊙ (w2a·w2b) = B'·A'.
+//   * LoKr: y += s·vec(W1·X·W2ᵀ) with X the input row as [q, n] (the Kronecker identity), each factor
+//     kept as stored (full, or its low-rank pair): never kron(W1, W2).
+//   * DoRA: y = (m / n(σ)) ⊙ (y + σ·(x·Aᵀ)·Bᵀ) per output row, σ = s·(sequence scale), with
+//     n(σ)² = ‖W_r‖² + 2σ⟨W_r, (BA)_r⟩ + σ²‖(BA)_r‖² from three per-row vectors computed once
+//     from the weights the runtime uses (dequantized rows of a quantized base), so a scale change
+//     costs O(rows). Several adapters on one projection compose in adapter order, as PEFT's forward
+//     does: a DoRA term rescales everything before it (base and earlier terms), never the bias.
 //
 // An embed_tokens pair (ΔE = s·B·A, [vocab, hidden]) adds s·B[id]·A to the looked-up row, and when
 // the head is tied it is also a term on the head: logits += s·(h·Aᵀ)·Bᵀ, the same function as
@@ -8,12 +17,15 @@
 #pragma once
 #include <array>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "graft/adapter/bind.h"
 #include "graft/core/tensor.h"
 #include "graft/model/config.h"
+#include "graft/model/weights.h"
+#include "graft/runtime/thread_pool.h"
 
 namespace graft::runtime {
 
@@ -21,13 +33,37 @@ namespace graft::runtime {
 enum class Projection { Q, K, V, O, Gate, Up, Down, LmHead };
 inline constexpr int kProjections = 8;
 
-// One low-rank term on output rows [row0, row0 + B.rows) of a projection.
+// DoRA state of one term: the magnitude of its rows and the three per-row vectors of n(σ)², filled
+// once (the first time the term runs, or by prepare_lora_set) from the projection's weight.
+struct DoraRows {
+  std::vector<float> magnitude;    // m, [rows]
+  mutable std::once_flag once;
+  mutable std::vector<double> w2;  // ‖W_r‖²
+  mutable std::vector<double> wp;  // ⟨W_r, (B·A)_r⟩
+  mutable std::vector<double> p2;  // ‖(B·A)_r‖²
+};
+
+// LoKr factors in F32: W1 = w1 [p, q] or w1a [p, r1]·w1b [r1, q]; W2 = w2 [m, n] or w2a·w2b; the term
+// covers rows [src_row, src_row + rows) of ΔW = kron(W1, W2) ([p·m, q·n]).
+struct KronFactors {
+  int64_t p = 0, q = 0, m = 0, n = 0, r1 = 0, r2 = 0;  // r = 0: that factor is full
+  std::vector<float> w1, w1a, w1b, w2, w2a, w2b;
+  int64_t src_row = 0, rows = 0;
+};
+
+// One term on output rows [row0, row0 + rows) of a projection.
 struct LoraTerm {
   Tensor a;   // [r, in]
   Tensor b;   // [rows, r] (a row slice of the adapter's B when a fused projection was split)
   Tensor bt;  // Bᵀ [r, rows] in B's dtype (F16 widened to F32): the up-projection as r axpys
   int64_t row0 = 0;
   float scale = 1.0f;  // the adapter's own scale (alpha/r, mlx scale); the user's multiplies it
+  std::shared_ptr<const DoraRows> dora;     // DoRA: set (a, b, bt as for LoRA)
+  std::shared_ptr<const KronFactors> kron;  // LoKr: set instead of a, b, bt
+
+  int64_t rows() const { return kron ? kron->rows : bt.shape[1]; }
+  // Floats of the per-row intermediate kept between the down pass and the column epilogue.
+  int64_t low_width() const { return kron ? kron->p * kron->m : a.shape[0]; }
 };
 
 struct LoraAdapter {
@@ -49,8 +85,9 @@ struct LoraSet {
 };
 
 // Builds the unfused terms of one adapter from its bind plan (bound with strength 1 against the
-// model's bindings). Refuses, naming the module, what cannot be a low-rank term: LoKr, diff and
-// replacement updates and biases (those fuse with --adapter), and targets outside the projections.
+// model's bindings). Refuses, naming the module, what has no exact unfused form: diff and
+// replacement updates and biases (those fuse with --adapter), LoKr, LoHa and DoRA on the embedding,
+// and targets outside the projections.
 std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapterPlan& plan,
                                                      const model::ModelConfig& config, const std::string& path);
 
@@ -59,5 +96,20 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
 // here; callers use them as the initial scales.
 std::shared_ptr<const LoraSet> make_lora_set(const model::ModelConfig& config, const io::TensorSource& model_source,
                                              const std::vector<adapter::AdapterUse>& adapters);
+
+// Fills every DoRA term's per-row vectors now (else the first forward pass that uses it does),
+// from `weights` (the weights the Transformer runs: dequantized rows of quantized matrices).
+void prepare_lora_set(const LoraSet& set, const model::ModelWeights& weights, ThreadPool& pool);
+
+// ---- used by Transformer::project (one call per term, per forward pass) ----------------------------
+
+// The per-row intermediate of `t` for n gathered input rows xs [n, in] into low [n, low_width()]:
+// x·Aᵀ (LoRA, LoHa, DoRA) or vec(W1·X·W2ᵀ) over all of ΔW's rows (LoKr). For DoRA it first makes
+// sure the per-row vectors exist (from `w`, the projection's weight).
+void lora_term_down(ThreadPool& pool, const LoraTerm& t, const float* xs, int64_t n, int64_t in,
+                    const model::Matrix& w, float* low);
+// Applies the term to output columns [j0, j1) of one row y (the whole row, `out` wide): LoRA/LoHa
+// y += σ·(low·Bᵀ), LoKr y += σ·low[src rows], DoRA y = f(σ) ⊙ (y + σ·(low·Bᵀ)); σ = t.scale·seq_scale.
+void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t j0, int64_t j1, float* y);
 
 }  // namespace graft::runtime

@@ -1,0 +1,157 @@
+// The per-term arithmetic of unfused adapters (lora.h): the down pass before a projection's matmul
+// and the column epilogue after it, for LoRA/LoHa pairs, LoKr factors and DoRA rescaling.
+#include <algorithm>
+#include <cmath>
+
+#include "graft/core/affine_quant.h"
+#include "graft/runtime/kernels.h"
+#include "graft/runtime/lora.h"
+
+namespace graft::runtime {
+
+namespace {
+
+// DoRA's per-row vectors for rows [row0, row0 + rows) of `w`: ‖W_r‖², ⟨W_r, (B·A)_r⟩, ‖(B·A)_r‖²,
+// each in double from the F32 row of W (dequantized when quantized) and (B·A)_r summed in double.
+void fill_dora_rows(const LoraTerm& t, const model::Matrix& w, ThreadPool& pool) {
+  const DoraRows& d = *t.dora;
+  const int64_t rows = t.b.shape[0], r = t.a.shape[0], in = t.a.shape[1];
+  d.w2.assign(static_cast<size_t>(rows), 0.0);
+  d.wp.assign(static_cast<size_t>(rows), 0.0);
+  d.p2.assign(static_cast<size_t>(rows), 0.0);
+  std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(rows * r));
+  convert_to_f32(t.a.dtype, t.a.data, a.data(), r * in);
+  convert_to_f32(t.b.dtype, t.b.data, b.data(), rows * r);
+  pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
+    std::vector<float> wr(static_cast<size_t>(in));
+    std::vector<double> pr(static_cast<size_t>(in));
+    for (int64_t o = begin; o < end; ++o) {
+      const int64_t row = t.row0 + o;
+      if (w.quantized())
+        dequantize_affine_row(w.quant, row, wr.data());
+      else
+        convert_to_f32(w.dense.dtype,
+                       static_cast<const uint8_t*>(w.dense.data) + dtype_bytes(w.dense.dtype, row * in), wr.data(),
+                       in);
+      std::fill(pr.begin(), pr.end(), 0.0);
+      for (int64_t k = 0; k < r; ++k) {
+        const double c = b[static_cast<size_t>(o * r + k)];
+        const float* ak = a.data() + k * in;
+        for (int64_t i = 0; i < in; ++i) pr[i] += c * ak[i];
+      }
+      double w2 = 0, wp = 0, p2 = 0;
+      for (int64_t i = 0; i < in; ++i) {
+        w2 += static_cast<double>(wr[i]) * wr[i];
+        wp += wr[i] * pr[i];
+        p2 += pr[i] * pr[i];
+      }
+      d.w2[o] = w2;
+      d.wp[o] = wp;
+      d.p2[o] = p2;
+    }
+  });
+}
+
+// out[i·cols + j] = Σ_k x[i·inner + k]·w[j·inner + k]  (x [rows, inner], w [cols, inner]: x·wᵀ)
+void mul_t(const float* x, int64_t rows, int64_t inner, const float* w, int64_t cols, float* out) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float acc = 0;
+      const float* xi = x + i * inner;
+      const float* wj = w + j * inner;
+      for (int64_t k = 0; k < inner; ++k) acc += xi[k] * wj[k];
+      out[i * cols + j] = acc;
+    }
+}
+
+// out = w·x  (w [rows, inner], x [inner, cols]) accumulated as axpys over k.
+void mul(const float* w, int64_t rows, int64_t inner, const float* x, int64_t cols, float* out) {
+  std::fill(out, out + rows * cols, 0.0f);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t k = 0; k < inner; ++k) {
+      const float c = w[i * inner + k];
+      const float* xk = x + k * cols;
+      float* oi = out + i * cols;
+      for (int64_t j = 0; j < cols; ++j) oi[j] += c * xk[j];
+    }
+}
+
+// y = vec(W1·X·W2ᵀ) for one input row x ([q·n], read as X [q, n]); y has p·m entries.
+void kron_row(const KronFactors& f, const float* x, float* y, std::vector<float>& s1, std::vector<float>& s2) {
+  // Z = X·W2ᵀ [q, m]
+  s1.resize(static_cast<size_t>(f.q * f.m));
+  if (f.r2 == 0) {
+    mul_t(x, f.q, f.n, f.w2.data(), f.m, s1.data());
+  } else {
+    s2.resize(static_cast<size_t>(f.q * f.r2));
+    mul_t(x, f.q, f.n, f.w2b.data(), f.r2, s2.data());      // X·w2bᵀ [q, r2]
+    mul_t(s2.data(), f.q, f.r2, f.w2a.data(), f.m, s1.data());  // ·w2aᵀ  [q, m]
+  }
+  // Y = W1·Z [p, m]
+  if (f.r1 == 0) {
+    mul(f.w1.data(), f.p, f.q, s1.data(), f.m, y);
+  } else {
+    s2.resize(static_cast<size_t>(f.r1 * f.m));
+    mul(f.w1b.data(), f.r1, f.q, s1.data(), f.m, s2.data());  // w1b·Z [r1, m]
+    mul(f.w1a.data(), f.p, f.r1, s2.data(), f.m, y);          // w1a·(w1b·Z)
+  }
+}
+
+}  // namespace
+
+void lora_term_down(ThreadPool& pool, const LoraTerm& t, const float* xs, int64_t n, int64_t in,
+                    const model::Matrix& w, float* low) {
+  if (t.kron) {
+    const KronFactors& f = *t.kron;
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      std::vector<float> s1, s2;
+      for (int64_t i = b; i < e; ++i) kron_row(f, xs + i * in, low + i * f.p * f.m, s1, s2);
+    });
+    return;
+  }
+  if (t.dora) std::call_once(t.dora->once, [&] { fill_dora_rows(t, w, pool); });
+  matmul(pool, xs, n, in, t.a, low);
+}
+
+void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t j0, int64_t j1, float* y) {
+  const int64_t c0 = std::max(j0, t.row0), c1 = std::min(j1, t.row0 + t.rows());
+  if (c0 >= c1) return;
+  const float s = t.scale * seq_scale;
+  if (t.kron) {
+    const float* d = low + t.kron->src_row - t.row0;
+    for (int64_t c = c0; c < c1; ++c) y[c] += s * d[c];
+    return;
+  }
+  lora_up_add(t.bt, low, s, c0 - t.row0, c1 - t.row0, y + c0);
+  if (!t.dora) return;
+  // f = m / n(σ), n(σ)² = ‖W‖² + 2σ⟨W, BA⟩ + σ²‖BA‖² (per output row, in double).
+  const DoraRows& d = *t.dora;
+  const double sd = s;
+  for (int64_t c = c0; c < c1; ++c) {
+    const size_t o = static_cast<size_t>(c - t.row0);
+    const double n2 = d.w2[o] + sd * (2.0 * d.wp[o] + sd * d.p2[o]);
+    y[c] *= static_cast<float>(d.magnitude[o] / std::sqrt(n2));
+  }
+}
+
+void prepare_lora_set(const LoraSet& set, const model::ModelWeights& weights, ThreadPool& pool) {
+  static const Projection kOrder[] = {Projection::Q,    Projection::K,  Projection::V,    Projection::O,
+                                      Projection::Gate, Projection::Up, Projection::Down, Projection::LmHead};
+  for (const auto& a : set.adapters)
+    for (size_t l = 0; l < a->terms.size(); ++l)
+      for (Projection p : kOrder)
+        for (const LoraTerm& t : a->terms[l][static_cast<size_t>(p)]) {
+          if (!t.dora) continue;
+          const model::Matrix* w = nullptr;
+          if (p == Projection::LmHead) {
+            w = &weights.lm_head;
+          } else {
+            const model::LayerWeights& L = weights.layers[l];
+            const model::Matrix* by[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+            w = by[static_cast<size_t>(p)];
+          }
+          std::call_once(t.dora->once, [&] { fill_dora_rows(t, *w, pool); });
+        }
+}
+
+}  // namespace graft::runtime
