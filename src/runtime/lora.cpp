@@ -113,16 +113,22 @@ std::shared_ptr<const KronFactors> kron_factors(const adapter::KroneckerUpdate& 
     f->w1a = f32_all(k.w1_a);
     f->w1b = f32_all(k.w1_b);
   }
+  auto transpose = [](const std::vector<float>& v, int64_t rows, int64_t cols) {
+    std::vector<float> t(v.size());
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) t[j * rows + i] = v[i * cols + j];
+    return t;
+  };
   if (k.w2.data) {
     f->m = k.w2.shape[0];
     f->n = k.w2.shape[1];
-    f->w2 = f32_all(k.w2);
+    f->w2t = transpose(f32_all(k.w2), f->m, f->n);
   } else {
     f->m = k.w2_a.shape[0];
     f->r2 = k.w2_a.shape[1];
     f->n = k.w2_b.shape[1];
-    f->w2a = f32_all(k.w2_a);
-    f->w2b = f32_all(k.w2_b);
+    f->w2at = transpose(f32_all(k.w2_a), f->m, f->r2);
+    f->w2bt = transpose(f32_all(k.w2_b), f->r2, f->n);
   }
   f->src_row = src_row;
   f->rows = rows;

@@ -52,43 +52,31 @@ void fill_dora_rows(const LoraTerm& t, const model::Matrix& w, ThreadPool& pool)
   });
 }
 
-// out[i·cols + j] = Σ_k x[i·inner + k]·w[j·inner + k]  (x [rows, inner], w [cols, inner]: x·wᵀ)
-void mul_t(const float* x, int64_t rows, int64_t inner, const float* w, int64_t cols, float* out) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) {
-      float acc = 0;
-      const float* xi = x + i * inner;
-      const float* wj = w + j * inner;
-      for (int64_t k = 0; k < inner; ++k) acc += xi[k] * wj[k];
-      out[i * cols + j] = acc;
-    }
-}
-
-// out = w·x  (w [rows, inner], x [inner, cols]) accumulated as axpys over k.
-void mul(const float* w, int64_t rows, int64_t inner, const float* x, int64_t cols, float* out) {
+// out = w·x (w [rows, inner], x [inner, cols]), each output row a run of axpys over k: contiguous
+// and vectorizable without reassociating any sum.
+void mul(const float* w, int64_t rows, int64_t inner, const float* x, int64_t cols, float* __restrict out) {
   std::fill(out, out + rows * cols, 0.0f);
-  for (int64_t i = 0; i < rows; ++i)
+  for (int64_t i = 0; i < rows; ++i) {
+    float* __restrict oi = out + i * cols;
     for (int64_t k = 0; k < inner; ++k) {
       const float c = w[i * inner + k];
-      const float* xk = x + k * cols;
-      float* oi = out + i * cols;
+      const float* __restrict xk = x + k * cols;
       for (int64_t j = 0; j < cols; ++j) oi[j] += c * xk[j];
     }
+  }
 }
 
 // y = vec(W1·X·W2ᵀ) for one input row x ([q·n], read as X [q, n]); y has p·m entries.
 void kron_row(const KronFactors& f, const float* x, float* y, std::vector<float>& s1, std::vector<float>& s2) {
-  // Z = X·W2ᵀ [q, m]
-  s1.resize(static_cast<size_t>(f.q * f.m));
+  s1.resize(static_cast<size_t>(f.q * f.m));  // Z = X·W2ᵀ [q, m]
   if (f.r2 == 0) {
-    mul_t(x, f.q, f.n, f.w2.data(), f.m, s1.data());
+    mul(x, f.q, f.n, f.w2t.data(), f.m, s1.data());
   } else {
     s2.resize(static_cast<size_t>(f.q * f.r2));
-    mul_t(x, f.q, f.n, f.w2b.data(), f.r2, s2.data());      // X·w2bᵀ [q, r2]
-    mul_t(s2.data(), f.q, f.r2, f.w2a.data(), f.m, s1.data());  // ·w2aᵀ  [q, m]
+    mul(x, f.q, f.n, f.w2bt.data(), f.r2, s2.data());          // X·w2bᵀ [q, r2]
+    mul(s2.data(), f.q, f.r2, f.w2at.data(), f.m, s1.data());  // ·w2aᵀ  [q, m]
   }
-  // Y = W1·Z [p, m]
-  if (f.r1 == 0) {
+  if (f.r1 == 0) {  // Y = W1·Z [p, m]
     mul(f.w1.data(), f.p, f.q, s1.data(), f.m, y);
   } else {
     s2.resize(static_cast<size_t>(f.r1 * f.m));
@@ -97,10 +85,35 @@ void kron_row(const KronFactors& f, const float* x, float* y, std::vector<float>
   }
 }
 
+// f(σ)[o] = m[o] / n(σ)[o], n(σ)² = ‖W‖² + 2σ⟨W, BA⟩ + σ²‖BA‖² (in double).
+float dora_factor(const DoraRows& d, size_t o, double s) {
+  const double n2 = d.w2[o] + s * (2.0 * d.wp[o] + s * d.p2[o]);
+  return static_cast<float>(d.magnitude[o] / std::sqrt(n2));
+}
+
+constexpr size_t kFactorCache = 8;
+
+// The cached factors of σ, or null.
+std::shared_ptr<const std::vector<float>> cached_factors(const DoraRows& d, float s) {
+  std::lock_guard<std::mutex> lk(d.mu);
+  for (const auto& [sigma, f] : d.factors)
+    if (sigma == s) return f;
+  return nullptr;
+}
+
+void cache_factors(const DoraRows& d, float s) {
+  if (cached_factors(d, s)) return;
+  auto f = std::make_shared<std::vector<float>>(d.magnitude.size());
+  for (size_t o = 0; o < f->size(); ++o) (*f)[o] = dora_factor(d, o, s);
+  std::lock_guard<std::mutex> lk(d.mu);
+  d.factors.insert(d.factors.begin(), {s, std::move(f)});
+  if (d.factors.size() > kFactorCache) d.factors.pop_back();
+}
+
 }  // namespace
 
 void lora_term_down(ThreadPool& pool, const LoraTerm& t, const float* xs, int64_t n, int64_t in,
-                    const model::Matrix& w, float* low) {
+                    const model::Matrix& w, float* low, const std::vector<float>& seq_scales) {
   if (t.kron) {
     const KronFactors& f = *t.kron;
     pool.parallel_for(n, [&](int64_t b, int64_t e) {
@@ -109,7 +122,10 @@ void lora_term_down(ThreadPool& pool, const LoraTerm& t, const float* xs, int64_
     });
     return;
   }
-  if (t.dora) std::call_once(t.dora->once, [&] { fill_dora_rows(t, w, pool); });
+  if (t.dora) {
+    std::call_once(t.dora->once, [&] { fill_dora_rows(t, w, pool); });
+    for (float s : seq_scales) cache_factors(*t.dora, t.scale * s);
+  }
   matmul(pool, xs, n, in, t.a, low);
 }
 
@@ -124,13 +140,14 @@ void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t 
   }
   lora_up_add(t.bt, low, s, c0 - t.row0, c1 - t.row0, y + c0);
   if (!t.dora) return;
-  // f = m / n(σ), n(σ)² = ‖W‖² + 2σ⟨W, BA⟩ + σ²‖BA‖² (per output row, in double).
+  // y = f(σ) ⊙ (y + σ·u): the factors formed in the down pass (or here, if more scales than the
+  // cache holds are in use at once).
   const DoraRows& d = *t.dora;
-  const double sd = s;
-  for (int64_t c = c0; c < c1; ++c) {
-    const size_t o = static_cast<size_t>(c - t.row0);
-    const double n2 = d.w2[o] + sd * (2.0 * d.wp[o] + sd * d.p2[o]);
-    y[c] *= static_cast<float>(d.magnitude[o] / std::sqrt(n2));
+  if (auto f = cached_factors(d, s)) {
+    const float* fr = f->data() - t.row0;
+    for (int64_t c = c0; c < c1; ++c) y[c] *= fr[c];
+  } else {
+    for (int64_t c = c0; c < c1; ++c) y[c] *= dora_factor(d, static_cast<size_t>(c - t.row0), s);
   }
 }
 

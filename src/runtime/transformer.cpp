@@ -93,7 +93,7 @@ void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const f
     }
     for (const LoraTerm& t : terms) {
       Active act{&t, &ar, std::vector<float>(static_cast<size_t>(n * t.low_width()))};
-      lora_term_down(pool, t, xs, n, in, *w, act.low.data());
+      lora_term_down(pool, t, xs, n, in, *w, act.low.data(), ar.scales);
       any_dora = any_dora || t.dora;
       active.push_back(std::move(act));
     }

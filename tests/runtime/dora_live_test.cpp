@@ -167,6 +167,33 @@ TEST(DoraLive, MixedBatchAndLiveScaleChange) {
   EXPECT_EQ(t.forward(pool, std::span(&n2, 1)), changed);
 }
 
+// More distinct DoRA scales in one batch than the factor cache holds (8): each row still gets the
+// factor of its own scale (formed on the fly when evicted), equal to its run alone.
+TEST(DoraLive, ManyScalesInOneBatch) {
+  auto a = read_adapter(test::fixture("adapters/peft_dora"));
+  model::LoadedModel m = model::load_model(test::fixture("models/llama_f32"));
+  auto set = make_lora_set(m.config, *m.source, {{a, 1.0f}});
+  const std::vector<int32_t> ids = {361, 310, 78, 70};
+  ThreadPool pool(2);
+  Transformer t(m.config, m.weights, set);
+  constexpr int kSeqs = 11;
+  float sc[kSeqs];
+  std::vector<KVCache> caches;
+  std::vector<SequenceInput> batch;
+  for (int i = 0; i < kSeqs; ++i) {
+    sc[i] = 0.25f + 0.125f * i;
+    caches.emplace_back(m.config, 8);
+  }
+  for (int i = 0; i < kSeqs; ++i) batch.push_back({&caches[i], ids, false, std::span(&sc[i], 1)});
+  const std::vector<float> lg = t.forward(pool, batch);
+  const int64_t V = m.config.vocab_size;
+  for (int i = 0; i < kSeqs; ++i) {
+    const std::vector<float> one = prompt_logits(m, set, {sc[i]}, ids);
+    for (int64_t v = 0; v < V; ++v)
+      ASSERT_NEAR(lg[i * V + v], one[(ids.size() - 1) * V + v], 1e-5f) << "sequence " << i;
+  }
+}
+
 // On a quantized weight the DoRA row norms come from the dequantized rows: the term on an
 // mlx-affine matrix equals the same term on that matrix dequantized (to F32 rounding).
 TEST(DoraLive, QuantizedWeightUsesDequantizedRows) {
@@ -205,8 +232,8 @@ TEST(DoraLive, QuantizedWeightUsesDequantizedRows) {
   std::vector<float> yq(out), yd(out), lq(r), ld(r);
   matmul_affine(pool, x.data(), 1, in, q.quant, yq.data());
   matmul(pool, x.data(), 1, in, dq.dense, yd.data());
-  lora_term_down(pool, tq, x.data(), 1, in, q, lq.data());
-  lora_term_down(pool, td, x.data(), 1, in, dq, ld.data());
+  lora_term_down(pool, tq, x.data(), 1, in, q, lq.data(), {0.5f});
+  lora_term_down(pool, td, x.data(), 1, in, dq, ld.data(), {0.5f});
   lora_term_up(tq, lq.data(), 0.5f, 0, out, yq.data());
   lora_term_up(td, ld.data(), 0.5f, 0, out, yd.data());
   for (int64_t o = 0; o < out; ++o) {

@@ -34,20 +34,25 @@ enum class Projection { Q, K, V, O, Gate, Up, Down, LmHead };
 inline constexpr int kProjections = 8;
 
 // DoRA state of one term: the magnitude of its rows and the three per-row vectors of n(σ)², filled
-// once (the first time the term runs, or by prepare_lora_set) from the projection's weight.
+// once (the first time the term runs, or by prepare_lora_set) from the projection's weight; and the
+// factors f(σ) = m / n(σ) of the scales in use (a few, most recent first), so a scale that repeats
+// from token to token costs nothing and a new one O(rows) once.
 struct DoraRows {
   std::vector<float> magnitude;    // m, [rows]
   mutable std::once_flag once;
   mutable std::vector<double> w2;  // ‖W_r‖²
   mutable std::vector<double> wp;  // ⟨W_r, (B·A)_r⟩
   mutable std::vector<double> p2;  // ‖(B·A)_r‖²
+  mutable std::mutex mu;
+  mutable std::vector<std::pair<float, std::shared_ptr<const std::vector<float>>>> factors;
 };
 
-// LoKr factors in F32: W1 = w1 [p, q] or w1a [p, r1]·w1b [r1, q]; W2 = w2 [m, n] or w2a·w2b; the term
-// covers rows [src_row, src_row + rows) of ΔW = kron(W1, W2) ([p·m, q·n]).
+// LoKr factors in F32: W1 = w1 [p, q] or w1a [p, r1]·w1b [r1, q]; W2 = w2 [m, n] or w2a·w2b, kept
+// transposed (w2t = W2ᵀ [n, m], w2bt = w2bᵀ [n, r2], w2at = w2aᵀ [r2, m]) so every product is a run
+// of contiguous axpys; the term covers rows [src_row, src_row + rows) of ΔW = kron(W1, W2).
 struct KronFactors {
   int64_t p = 0, q = 0, m = 0, n = 0, r1 = 0, r2 = 0;  // r = 0: that factor is full
-  std::vector<float> w1, w1a, w1b, w2, w2a, w2b;
+  std::vector<float> w1, w1a, w1b, w2t, w2at, w2bt;
   int64_t src_row = 0, rows = 0;
 };
 
@@ -106,8 +111,9 @@ void prepare_lora_set(const LoraSet& set, const model::ModelWeights& weights, Th
 // The per-row intermediate of `t` for n gathered input rows xs [n, in] into low [n, low_width()]:
 // x·Aᵀ (LoRA, LoHa, DoRA) or vec(W1·X·W2ᵀ) over all of ΔW's rows (LoKr). For DoRA it first makes
 // sure the per-row vectors exist (from `w`, the projection's weight).
+// seq_scales: the sequence scale of each of the n rows (DoRA forms its factor for each distinct one).
 void lora_term_down(ThreadPool& pool, const LoraTerm& t, const float* xs, int64_t n, int64_t in,
-                    const model::Matrix& w, float* low);
+                    const model::Matrix& w, float* low, const std::vector<float>& seq_scales);
 // Applies the term to output columns [j0, j1) of one row y (the whole row, `out` wide): LoRA/LoHa
 // y += σ·(low·Bᵀ), LoKr y += σ·low[src rows], DoRA y = f(σ) ⊙ (y + σ·(low·Bᵀ)); σ = t.scale·seq_scale.
 void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t j0, int64_t j1, float* y);
