@@ -211,6 +211,32 @@ INSTANTIATE_TEST_SUITE_P(Converter, GgufExport,
                                            Case{"llama_f32_embed.f32.gguf", "llama_f32", "embed/peft_embed_llama_f32"}),
                          [](const auto& info) { return std::string(info.param.model) + "_" + std::to_string(info.index); });
 
+// SmolLM2 (GGUF base, 9 query / 3 key-value heads): the pirate demo adapter exported with F16
+// factors has the bytes of the converter's --outtype q8_0 file wherever that file holds F16 (every
+// lora_b: rank 8 rows cannot form Q8_0 blocks), in particular the permuted q/k rows; lora_a (Q8_0
+// there) is compared by name, type and shape only.
+TEST(GgufExportSmolLM2, PirateLoraBBytesEqualTheConverters) {
+  if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
+  ModelSource m = open_model_source(test::smollm2_gguf());
+  const GgufLoraFile f = gguf_lora_for_model(m.config, *m.source, {read(test::source_dir() + "/demo/adapters/pirate-peft"), 1.0f},
+                                             DType::F16);
+  auto ref = io::GgufFile::open(test::fixture("gguf_adapters/smollm2_pirate.q8_0.gguf"));
+  for (const auto& [k, v] : f.metadata)
+    if (k == "adapter.lora.alpha") EXPECT_EQ(std::get<float>(v), static_cast<float>(*ref->optional_float(k)));
+  ASSERT_EQ(f.tensors.size(), ref->tensors().size());
+  size_t compared = 0;
+  for (const auto& t : f.tensors) {
+    const io::GgufTensorInfo* r = ref->find(t.name);
+    ASSERT_TRUE(r) << t.name;
+    ASSERT_EQ(r->shape, t.tensor.shape) << t.name;
+    if (r->dtype != DType::F16) continue;
+    const Tensor b = ref->tensor(t.name);
+    EXPECT_EQ(std::memcmp(t.tensor.data, b.data, static_cast<size_t>(b.nbytes())), 0) << t.name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, f.tensors.size() / 2);
+}
+
 // Per-module scales (rank_pattern / alpha_pattern) cannot share one alpha: they are folded into
 // lora_b, and reading the file back merges to the original adapter's tensors within F32 rounding
 // of s·B (one rounding per element: 2⁻²⁴ relative to s·Σ|B||A|, checked at 1e-6 of it + |W|·1e-7).
