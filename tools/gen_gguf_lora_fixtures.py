@@ -7,7 +7,7 @@ the llama-cpp-python sdist (`pip download --no-binary :all: --no-deps llama-cpp-
 --llama-cpp <sdist>/vendor/llama.cpp). The converter is run as a subprocess with its own gguf-py.
 
     python3 tools/gen_gguf_lora_fixtures.py --llama-cpp /tmp/llama_cpp_python-0.3.36/vendor/llama.cpp \\
-        [--gguf models/SmolLM2-135M-Instruct.Q4_1.gguf]
+        [--gguf models/SmolLM2-135M-Instruct.Q4_1.gguf] [--llama-cpp-reference [--only-llama-cpp-reference]]
 
 Writes (tests/fixtures/gguf_adapters/):
   llama_f32_lora.<t>.gguf   t = f32, f16, bf16, q8_0: convert_lora_to_gguf.py --outtype t of
@@ -22,6 +22,8 @@ Writes (tests/fixtures/gguf_adapters/):
                             config.json (written here from the GGUF's metadata: the converter needs only the config).
                             Committed: --outtype q8_0 only (3.8 MB; lora_a Q8_0, lora_b [out, 8] F16), the smallest
                             type the converter writes; it reproduces PEFT's greedy tokens.
+  smollm2_pirate_llamacpp.json  (with --llama-cpp-reference) llama.cpp's own greedy tokens for the 3 reference
+                            prompts (exact ids) with that adapter, through its C API (tools/llama_cpp_greedy.cpp).
   manifest.json             converter version (llama-cpp-python sdist), command lines, every tensor's GGML type and
                             shape (gguf-py GGUFReader), metadata keys.
 Deterministic: rerun and commit the outputs if a fixture must change.
@@ -93,6 +95,38 @@ def smollm2_config(llama_cpp, gguf_path, out_dir):
     return cfg
 
 
+def llama_cpp_reference(llama_cpp, gguf_path, adapter, out_path):
+    """llama.cpp's own greedy tokens (argmax of llama_get_logits_ith, EOS not special) with the GGUF adapter at
+    scale 1, for the exact prompt ids of tests/fixtures/smollm2/pirate_peft_reference.json: tools/llama_cpp_greedy.cpp
+    compiled against the sdist's libllama (built with cmake -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF --target llama)."""
+    build_bin = os.path.join(llama_cpp, "build", "bin")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "llama_cpp_greedy")
+        subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(ROOT, "tools", "llama_cpp_greedy.cpp"),
+                        "-I" + os.path.join(llama_cpp, "include"), "-I" + os.path.join(llama_cpp, "ggml", "include"),
+                        "-L" + build_bin, "-lllama", "-lggml", "-lggml-base", "-Wl,-rpath," + build_bin, "-o", exe],
+                       check=True)
+        ref = json.load(open(os.path.join(ROOT, "tests/fixtures/smollm2/pirate_peft_reference.json")))
+        out = {"generator": "tools/gen_gguf_lora_fixtures.py --llama-cpp-reference (tools/llama_cpp_greedy.cpp)",
+               "llama_cpp": os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(llama_cpp)))),
+               "model": os.path.basename(gguf_path), "adapter": os.path.relpath(adapter, ROOT),
+               "compute": "llama.cpp CPU backend, 2 threads: Q4_1 weights x Q8_1-quantized activations, LoRA terms "
+                          "added unfused (Q8_0 lora_a, F16 lora_b), scale 1 * alpha / rank",
+               "new_tokens": ref["new_tokens"], "prompts": []}
+        for p in ref["prompts"]:
+            cmd = [exe, gguf_path, adapter, str(ref["new_tokens"])] + [str(i) for i in p["ids"]]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+            if r.returncode != 0:
+                sys.stderr.write(r.stderr[-3000:])
+                raise SystemExit("llama_cpp_greedy failed")
+            greedy = json.loads(r.stdout)
+            out["prompts"].append({"ids": p["ids"], "greedy": greedy, "equals_peft_greedy": greedy == p["greedy"]})
+            print("llama.cpp greedy == PEFT greedy:", greedy == p["greedy"])
+    with open(out_path, "w") as fh:
+        json.dump(out, fh, indent=1)
+        fh.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True)
@@ -100,8 +134,17 @@ def main():
     # q8_0 (3.8 MB) is the smallest type the converter writes and reproduces PEFT's greedy tokens
     # (tests/runtime/gguf_adapters_test.cpp); f16 is 4.9 MB, f32 9.8 MB. Pass others to compare.
     ap.add_argument("--smollm2-outtypes", default="q8_0")
+    ap.add_argument("--llama-cpp-reference", action="store_true",
+                    help="also record llama.cpp's greedy tokens with smollm2_pirate.q8_0.gguf (needs <llama-cpp>/build/bin/"
+                    "libllama.so: cmake -B build -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF && cmake --build build --target llama)")
+    ap.add_argument("--only-llama-cpp-reference", action="store_true")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
+    if args.llama_cpp_reference:
+        llama_cpp_reference(args.llama_cpp, args.gguf, os.path.join(OUT, "smollm2_pirate.q8_0.gguf"),
+                            os.path.join(OUT, "smollm2_pirate_llamacpp.json"))
+        if args.only_llama_cpp_reference:
+            return
     version = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(args.llama_cpp))))
     manifest = {"generator": "tools/gen_gguf_lora_fixtures.py", "converter": "convert_lora_to_gguf.py from " + version,
                 "files": {}}

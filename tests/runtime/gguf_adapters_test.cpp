@@ -11,8 +11,10 @@
 //     demo/adapters/pirate-peft converted to GGUF --outtype q8_0 (the smallest type the converter
 //     writes; lora_b stays F16): the greedy tokens for the 3 reference prompts are those PEFT
 //     produced with the PEFT adapter (tests/fixtures/smollm2/pirate_peft_reference.json), fused and
-//     unfused; a divergence is accepted only at a recorded near tie (top-2 gap < 1e-4), as in
-//     smollm2_adapters_test.
+//     unfused, and so are llama.cpp's own greedy tokens with the same GGUF adapter on the same GGUF
+//     (smollm2_pirate_llamacpp.json: llama.cpp's CPU backend through its C API, Q4_1 x Q8_1 dot
+//     products, LoRA unfused); a divergence is accepted only at a recorded near tie (PEFT's top-2
+//     gap < 1e-4), as in smollm2_adapters_test.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -100,12 +102,10 @@ INSTANTIATE_TEST_SUITE_P(Converter, GgufTiny,
                            return n;
                          });
 
-void expect_greedy(const model::LoadedModel& m, std::shared_ptr<const LoraSet> set, std::vector<float> scales,
-                   const json& p, const std::string& what) {
-  const auto ids = p["ids"].get<std::vector<int32_t>>();
-  const auto expect = p["greedy"].get<std::vector<int32_t>>();
-  const auto gaps = p["top2_gap"].get<std::vector<double>>();
-  const auto got = test::greedy_ids(m, std::move(set), std::move(scales), ids, expect.size());
+// got == expect, except that a divergence is accepted at a recorded near tie (gap < 1e-4).
+void expect_same_greedy(const std::vector<int32_t>& got, const std::vector<int32_t>& expect,
+                        const std::vector<double>& gaps, const std::string& what) {
+  ASSERT_EQ(got.size(), expect.size()) << what;
   for (size_t i = 0; i < expect.size(); ++i) {
     if (got[i] == expect[i]) continue;
     std::printf("%s: diverged at step %zu (reference top-2 gap %g)\n", what.c_str(), i, gaps[i]);
@@ -115,9 +115,10 @@ void expect_greedy(const model::LoadedModel& m, std::shared_ptr<const LoraSet> s
   }
 }
 
-TEST(GgufSmolLM2, PiratePeftConvertedByLlamaCppGivesPeftTokens) {
+TEST(GgufSmolLM2, PiratePeftConvertedByLlamaCppGivesPeftAndLlamaCppTokens) {
   if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
   const json ref = read_json(test::fixture("smollm2/pirate_peft_reference.json"));
+  const json llama_cpp = read_json(test::fixture("gguf_adapters/smollm2_pirate_llamacpp.json"));
   auto a = read(test::fixture("gguf_adapters/smollm2_pirate.q8_0.gguf"));
   // PEFT's tokens are F32 math on the dequantized base: compare on graft's F32 path (--dtype f32),
   // not on its 8-bit-activation block kernels.
@@ -129,10 +130,21 @@ TEST(GgufSmolLM2, PiratePeftConvertedByLlamaCppGivesPeftTokens) {
   model::LoadedModel fused = model::load_model(test::smollm2_gguf(), o);
   auto set = make_lora_set(base.config, *base.source, {{a, 1.0f}});
   ASSERT_EQ(ref["prompts"].size(), 3u);
-  for (const auto& p : ref["prompts"]) {
+  ASSERT_EQ(llama_cpp["prompts"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const json& p = ref["prompts"][i];
     ASSERT_NE(p["greedy"], p["base_greedy"]);
-    expect_greedy(fused, nullptr, {}, p, "fused");
-    expect_greedy(base, set, {1.0f}, p, "unfused");
+    ASSERT_EQ(llama_cpp["prompts"][i]["ids"], p["ids"]);
+    const auto ids = p["ids"].get<std::vector<int32_t>>();
+    const auto want = p["greedy"].get<std::vector<int32_t>>();
+    const auto want_llama_cpp = llama_cpp["prompts"][i]["greedy"].get<std::vector<int32_t>>();
+    const auto gaps = p["top2_gap"].get<std::vector<double>>();
+    const auto got_fused = test::greedy_ids(fused, nullptr, {}, ids, want.size());
+    const auto got_unfused = test::greedy_ids(base, set, {1.0f}, ids, want.size());
+    expect_same_greedy(got_fused, want, gaps, "fused vs PEFT, prompt " + std::to_string(i));
+    expect_same_greedy(got_unfused, want, gaps, "unfused vs PEFT, prompt " + std::to_string(i));
+    expect_same_greedy(got_fused, want_llama_cpp, gaps, "fused vs llama.cpp, prompt " + std::to_string(i));
+    expect_same_greedy(got_unfused, want_llama_cpp, gaps, "unfused vs llama.cpp, prompt " + std::to_string(i));
   }
 }
 
