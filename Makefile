@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev
                 libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev \
                 python3 python3-pip python3-venv
 
-.PHONY: all deps build asan models pyenv demo test test-fast bench clean
+.PHONY: all deps build asan models pyenv demo test test-fast bench clean fuzz
 
 all: build
 
@@ -64,8 +64,21 @@ test: build asan models pyenv
 test-fast: build models pyenv
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
+# libFuzzer harnesses (tests/fuzz, clang + ASan + UBSan), each run FUZZ_SECONDS (default 10 min);
+# crashers land in tests/fuzz/regressions/ (docs/RELIABILITY.md). `make test` replays them.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_HARNESSES ?= safetensors gguf model_config tokenizer jinja adapter_peft adapter_mlx adapter_single merge
+FUZZ_APT_PACKAGES := clang libclang-rt-dev
+fuzz: deps
+	@missing=$$(for p in $(FUZZ_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then $(SUDO) apt-get install -y -qq $$missing; fi
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DGRAFT_FUZZ=ON $(LAUNCHER) >/dev/null
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_HARNESSES))
+	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+
 bench: build models
 	./$(BUILD)/graft_bench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "adapter/import_common.h"
 #include "graft/core/error.h"
 
 namespace graft::adapter {
@@ -125,6 +126,11 @@ std::shared_ptr<WeightAdapterPlan> bind_weight_adapter(const std::vector<Adapter
         }
       }
       if (!ok) continue;
+      if (auto s = detail::update_scale(*chosen); s && !std::isfinite(*s * use.strength)) {
+        problems.push_back(describe_target(a, t) + ": scale " + std::to_string(*s) + " times strength " +
+                           std::to_string(use.strength) + " is not finite");
+        continue;
+      }
       for (const BoundSlice& s : b->slices) {
         plan->updates[s.tensor].push_back(PlannedUpdate{chosen, s.src_row, s.dst_row, s.rows, use.strength});
         plan->bound.push_back({ai, ti, s});

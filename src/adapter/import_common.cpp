@@ -7,9 +7,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
+
+#include "graft/io/json_file.h"
+
+#include <new>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 namespace graft::adapter {
 
@@ -55,16 +61,7 @@ bool dir_exists(const std::string& path) {
 std::string join_path(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
 Json read_json_object(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("'", path, "': cannot be opened");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Json j;
-  try {
-    j = Json::parse(ss.str());
-  } catch (const std::exception& e) {
-    fail("'", path, "': not valid JSON (", e.what(), ")");
-  }
+  Json j = io::read_json_file<Json>(path, io::kMaxConfigBytes, "adapter config");
   if (!j.is_object()) fail("'", path, "': expected a JSON object at the top level");
   return j;
 }
@@ -77,11 +74,7 @@ bool json_unset(const Json& v) {
   return false;
 }
 
-std::string json_brief(const Json& v) {
-  std::string s = v.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
+std::string json_brief(const Json& v) { return io::json_excerpt(v, 80); }
 
 std::string num_str(double v) {
   char buf[64];
@@ -158,26 +151,46 @@ SplitKey split_key(const std::string& key, const std::vector<std::string_view>& 
   return best;
 }
 
+// Keys are Python regular expressions written by strangers: PCRE2 (the closest engine to Python's
+// re) runs them with bounded work, so `(.*)*(.*)*x` or a 100 kB key is an error, never a hang or a
+// stack overflow (std::regex recursed per character).
+namespace {
+constexpr uint32_t kPatternMatchLimit = 1'000'000;  // backtracking steps per match
+constexpr uint32_t kPatternDepthLimit = 10'000;     // nested backtracking frames per match
+constexpr uint32_t kPatternHeapLimitKiB = 16 * 1024;
+
+std::string pcre2_message(int rc) {
+  PCRE2_UCHAR buf[256];
+  pcre2_get_error_message(rc, buf, sizeof buf);
+  return reinterpret_cast<const char*>(buf);
+}
+}  // namespace
+
 struct PatternTable::Entry {
   std::string key;
-  std::regex re;
+  pcre2_code* code = nullptr;
   double value = 0;
   bool used = false;
+  ~Entry() { pcre2_code_free(code); }
 };
 
-PatternTable::PatternTable(const Json& dict, const std::string& file, const std::string& field) : field_(field) {
+PatternTable::PatternTable(const Json& dict, const std::string& file, const std::string& field)
+    : field_(field), file_(file) {
   if (dict.is_null()) return;
   if (!dict.is_object()) fail("'", file, "': field '", field, "' is ", json_brief(dict), "; expected an object");
   for (auto it = dict.begin(); it != dict.end(); ++it) {
     auto e = std::make_shared<Entry>();
     e->key = it.key();
-    e->value = json_number(it.value(), file, field + "." + it.key());
-    try {
-      e->re = std::regex("(.*\\.)?(" + e->key + ")$", std::regex::ECMAScript);
-    } catch (const std::regex_error& err) {
-      fail("'", file, "': field '", field, "' key '", e->key, "' is not a regular expression graft can compile (",
-           err.what(), ")");
-    }
+    e->value = json_number(it.value(), file, field + "." + io::excerpt(it.key()));
+    // PEFT: re.match(rf"(.*\.)?({key})$", name); matching is anchored at the start below.
+    const std::string pattern = "(.*\\.)?(" + e->key + ")$";
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    e->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
+                            &off, nullptr);
+    if (!e->code)
+      fail("'", file, "': field '", field, "' key '", io::excerpt(e->key),
+           "' is not a regular expression graft can compile (", pcre2_message(err), ")");
     entries_.push_back(std::move(e));
   }
 }
@@ -185,12 +198,32 @@ PatternTable::PatternTable(const Json& dict, const std::string& file, const std:
 std::optional<double> PatternTable::resolve(const std::string& name) {
   // re.match + `$`: the whole name must match (module names hold no newline). Every matching key
   // is marked used; the first in dict order decides.
+  struct Context {
+    pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
+    ~Context() { pcre2_match_context_free(ctx); }
+  } mc;
+  if (!mc.ctx) throw std::bad_alloc();
+  pcre2_set_match_limit(mc.ctx, kPatternMatchLimit);
+  pcre2_set_depth_limit(mc.ctx, kPatternDepthLimit);
+  pcre2_set_heap_limit(mc.ctx, kPatternHeapLimitKiB);
   std::optional<double> first;
   for (auto& e : entries_) {
-    if (std::regex_match(name, e->re)) {
-      e->used = true;
-      if (!first) first = e->value;
-    }
+    struct Data {
+      pcre2_match_data* md;
+      ~Data() { pcre2_match_data_free(md); }
+    } data{pcre2_match_data_create_from_pattern(e->code, nullptr)};
+    if (!data.md) throw std::bad_alloc();
+    const int rc = pcre2_match(e->code, reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0, PCRE2_ANCHORED,
+                               data.md, mc.ctx);
+    if (rc == PCRE2_ERROR_NOMATCH) continue;
+    if (rc < 0)
+      fail_as(rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT
+                  ? ErrorKind::kLimit
+                  : ErrorKind::kBadInput,
+              "'", file_, "': field '", field_, "' key '", io::excerpt(e->key), "' against module '", io::excerpt(name),
+              "': ", pcre2_message(rc), " (the pattern backtracks too much; graft bounds the work per match)");
+    e->used = true;
+    if (!first) first = e->value;
   }
   return first;
 }
@@ -198,12 +231,27 @@ std::optional<double> PatternTable::resolve(const std::string& name) {
 void PatternTable::require_all_used(const std::string& file) const {
   for (const auto& e : entries_)
     if (!e->used)
-      fail("'", file, "': field '", field_, "' key '", e->key,
+      fail("'", file, "': field '", field_, "' key '", io::excerpt(e->key),
            "' matches no module of the adapter (PEFT ignores such keys silently; anchored or prefix-qualified keys "
            "never match); expected a key matching `(.*\\.)?(<key>)$` against a module name");
 }
 
+std::optional<double> update_scale(const Update& u) {
+  return std::visit(
+      [](const auto& x) -> std::optional<double> {
+        if constexpr (requires { x.scale; }) return static_cast<double>(x.scale);
+        return std::nullopt;
+      },
+      u);
+}
+
 void finalize_targets(WeightAdapter& out, const std::string& file) {
+  for (const auto& t : out.targets)
+    for (const Update* u : {&t.update, t.transposed ? &*t.transposed : nullptr})
+      if (u)
+        if (auto s = update_scale(*u); s && !std::isfinite(*s))
+          fail("'", file, "': module '", io::excerpt(t.module), "' resolves to scale ", *s,
+               " (alpha / rank or the configured scale overflows a float); expected a finite scale");
   std::stable_sort(out.targets.begin(), out.targets.end(), [](const AdapterTarget& x, const AdapterTarget& y) {
     return std::tie(x.module, x.param) < std::tie(y.module, y.param);
   });

@@ -86,10 +86,14 @@ class PatternTable {
  private:
   struct Entry;
   std::vector<std::shared_ptr<Entry>> entries_;
-  std::string field_;
+  std::string field_, file_;
 };
 
-// Sorts targets by (module, param) and refuses two updates for one parameter.
+// The resolved scale of an update (nullopt for kinds without one, such as a replacement).
+std::optional<double> update_scale(const Update& u);
+
+// Sorts targets by (module, param) and refuses two updates for one parameter, and any update
+// whose resolved scale is not finite (lora_alpha 1e308 / r overflows float).
 void finalize_targets(WeightAdapter& out, const std::string& file);
 
 // Format importers.

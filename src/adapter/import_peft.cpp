@@ -333,7 +333,9 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
     mk.all.push_back(key);
   }
 
-  for (const auto& [module, mk] : modules) {
+  for (const auto& entry : modules) {
+    const std::string& module = entry.first;  // not a structured binding: lambdas below capture it (clang 14)
+    const ModuleKeys& mk = entry.second;
     const std::string name = strip_prefix(module);
     auto r_pat = c.rank_pattern.resolve(name);
     auto a_pat = c.alpha_pattern.resolve(name);

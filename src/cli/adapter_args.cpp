@@ -20,7 +20,7 @@ AdapterArg split_scaled(const std::string& arg, size_t colon, const char* expect
     used = 0;
   }
   if (num.empty() || used != num.size() || !std::isfinite(scale))
-    fail("adapter argument '", arg, "': scale '", num, "' is not a finite number (expected ", expected, ")");
+    fail_as(ErrorKind::kBadRequest, "adapter argument '", arg, "': scale '", num, "' is not a finite number (expected ", expected, ")");
   return {path, scale};
 }
 
@@ -36,7 +36,7 @@ AdapterArg parse_adapter_arg(const std::string& arg, bool allow_scale) {
 AdapterArg parse_scaled_adapter_arg(const std::string& arg) {
   const size_t colon = arg.rfind(':');
   if (colon == std::string::npos || colon == 0)
-    fail("adapter argument '", arg, "': expected PATH:SCALE (split on the last colon)");
+    fail_as(ErrorKind::kBadRequest, "adapter argument '", arg, "': expected PATH:SCALE (split on the last colon)");
   return split_scaled(arg, colon, "PATH:SCALE");
 }
 
@@ -47,7 +47,7 @@ std::vector<std::string> split_adapter_list(const std::vector<std::string>& valu
     for (;;) {
       const size_t comma = v.find(',', start);
       const std::string item = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      if (item.empty()) fail(option, " '", v, "': empty entry in the comma-separated list");
+      if (item.empty()) fail_as(ErrorKind::kBadRequest, option, " '", v, "': empty entry in the comma-separated list");
       out.push_back(item);
       if (comma == std::string::npos) break;
       start = comma + 1;
@@ -61,7 +61,7 @@ std::optional<DType> parse_float_dtype(const std::string& value) {
   if (value == "f32" || value == "F32") return DType::F32;
   if (value == "f16" || value == "F16") return DType::F16;
   if (value == "bf16" || value == "BF16") return DType::BF16;
-  fail("--dtype '", value, "' is not one of F32, F16, BF16");
+  fail_as(ErrorKind::kBadRequest, "--dtype '", value, "' is not one of F32, F16, BF16");
 }
 
 std::vector<adapter::AdapterUse> read_adapters(const std::vector<AdapterArg>& args) {

@@ -9,9 +9,13 @@
 #include "cli/adapter_args.h"
 #include "cli/base_checkpoint.h"
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "cli/progress.h"
 #include "graft/adapter/adapted_source.h"
 #include "graft/core/error.h"
+#include "graft/core/interrupt.h"
+#include "graft/io/json_file.h"
+#include "graft/io/staged_dir.h"
 #include "graft/io/checkpoint_writer.h"
 #include "graft/io/safetensors.h"
 #include "graft/runtime/thread_pool.h"
@@ -32,20 +36,19 @@ struct FuseArgs {
 
 // Copies everything beside the weights (config, tokenizer, generation config, chat template...).
 // A dequantized output drops config.json's quantization blocks (its weights are dense).
-void copy_side_files(const fs::path& base_dir, const fs::path& out, bool dequantized) {
+void copy_side_files(const fs::path& base_dir, const io::StagedDirectory& out, bool dequantized) {
   for (const auto& e : fs::directory_iterator(base_dir)) {
     if (!e.is_regular_file()) continue;
     const std::string name = e.path().filename().string();
     if (name == "model.safetensors.index.json" || e.path().extension() == ".safetensors") continue;
     if (dequantized && name == "config.json") {
-      std::ifstream in(e.path());
-      nlohmann::json j = nlohmann::json::parse(in);
+      nlohmann::json j = io::read_json_file(e.path().string(), io::kMaxConfigBytes, "config");
       j.erase("quantization");
       j.erase("quantization_config");
-      std::ofstream(out / name) << j.dump(2) << "\n";
+      out.write_file(name, j.dump(2) + "\n");
       continue;
     }
-    fs::copy_file(e.path(), out / name, fs::copy_options::overwrite_existing);
+    out.copy_file(e.path().string(), name);
   }
 }
 
@@ -58,16 +61,17 @@ int run_fuse(const FuseArgs& a) {
     dtype = io::parse_safetensors_dtype(a.dtype == "f32" ? "F32" : a.dtype == "f16" ? "F16" : a.dtype == "bf16" ? "BF16" : a.dtype,
                                         "--dtype");
     if (*dtype != DType::F32 && *dtype != DType::F16 && *dtype != DType::BF16)
-      fail("--dtype must be F32, F16 or BF16");
+      fail_as(ErrorKind::kBadRequest, "--dtype must be F32, F16 or BF16");
   }
   const adapter::MergePolicy policy = adapter::parse_merge_policy(a.policy);
-  if (fs::exists(a.out) && fs::equivalent(a.out, a.base)) fail("--out must differ from --base");
+  if (fs::exists(a.out) && fs::equivalent(a.out, a.base)) fail_as(ErrorKind::kBadRequest, "--out must differ from --base");
   if (fs::exists(a.out) && (!fs::is_directory(a.out) || !fs::is_empty(a.out)))
-    fail("output directory '", a.out, "' exists and is not empty; refusing to overwrite");
+    fail_as(ErrorKind::kBadRequest, "output directory '", a.out, "' exists and is not empty; refusing to overwrite");
+  install_interrupt_handlers();  // SIGINT/SIGTERM unwind through the staging directory below
 
   BaseCheckpoint base = open_base_checkpoint(a.base);
   auto uses = read_adapters(args);
-  if (a.dequantize && base.quantized_weights.empty()) fail("--dequantize: '", a.base, "' is not a quantized checkpoint");
+  if (a.dequantize && base.quantized_weights.empty()) fail_as(ErrorKind::kBadRequest, "--dequantize: '", a.base, "' is not a quantized checkpoint");
   // Every check before any write. A quantized base is refused unless --dequantize (then every
   // quantized weight is written dense, as mlx_lm.fuse --dequantize does).
   auto plan = bind_for_fuse(base, uses, a.dequantize);
@@ -81,18 +85,16 @@ int run_fuse(const FuseArgs& a) {
 
   io::CheckpointWriteOptions w;
   w.dtype = dtype;
-  w.max_shard_bytes = static_cast<uint64_t>(a.max_shard_gb * 1e9);
+  w.max_shard_bytes = static_cast<uint64_t>(a.max_shard_gb * 1e9);  // range-checked by the option
   ProgressBar bar("fusing");
   w.progress = [&](int64_t d, int64_t t) { bar.update(d, t); };
-  fs::create_directories(a.out);
-  io::CheckpointWriteResult r;
-  try {
-    r = io::write_checkpoint(*source, a.out, w);
-    if (base.is_directory) copy_side_files(a.base, a.out, a.dequantize);
-  } catch (...) {
-    fs::remove_all(a.out);  // no half-written checkpoint left behind
-    throw;
-  }
+  // Everything is written into a staging directory beside --out and renamed into place at the
+  // end: --out holds a complete checkpoint or nothing.
+  io::StagedDirectory staged(a.out);
+  const io::CheckpointWriteResult r = io::write_checkpoint(*source, staged.path(), w);
+  if (base.is_directory) copy_side_files(a.base, staged, a.dequantize);
+  throw_if_interrupted();
+  staged.commit();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "fused %zu adapter(s) into %zu tensor(s) with %s; wrote %lld tensors (%.1f MB) in %lld shard(s) to %s in %.2f s\n",
                uses.size(), plan->updates.size(), adapter::policy_name(policy), static_cast<long long>(r.tensors),
@@ -112,8 +114,11 @@ Runner add_fuse_command(CLI::App& app) {
   app.add_option("--policy", a->policy, "Merge arithmetic: DeltaF32 | RankWiseF32 | RoundedBF16Delta")->capture_default_str();
   app.add_option("--dtype", a->dtype, "Output dtype for floating-point tensors: F32 | F16 | BF16 (default: keep each tensor's)");
   app.add_option("--max-shard-gb", a->max_shard_gb, "Shard size limit in GB (an index is written when sharded)")
+      ->check(number_in(0.001, 1e6))
       ->capture_default_str();
-  app.add_option("-t,--threads", a->threads, "Worker threads (0 = all cores)")->capture_default_str();
+  app.add_option("-t,--threads", a->threads, "Worker threads (0 = all cores)")
+      ->check(number_in(0, 4096))
+      ->capture_default_str();
   app.add_flag("--dequantize", a->dequantize,
                "Base is mlx-quantized: write every weight dense (dequantized) with the adapters merged, "
                "and drop the quantization block from config.json");

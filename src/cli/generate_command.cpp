@@ -7,8 +7,10 @@
 
 #include "cli/commands.h"
 #include "cli/model_args.h"
+#include "cli/option_checks.h"
 #include "graft/core/error.h"
 #include "graft/engine/generate.h"
+#include "graft/io/json_file.h"
 #include "graft/runtime/kernels.h"
 #include "graft/text/chat_prompt.h"
 
@@ -27,13 +29,8 @@ struct GenerateArgs {
   std::vector<std::string> adapters, adapters_scaled, loras, loras_scaled;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_as(ErrorKind::kIo, "cannot read prompt file '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// Regular files only (a FIFO would block), at most 64 MiB.
+std::string read_file(const std::string& path) { return io::read_regular_file(path, uint64_t{64} << 20, "prompt file"); }
 
 int run_generate(const GenerateArgs& a) {
   if (a.prompt.empty() == a.prompt_file.empty())
@@ -53,7 +50,7 @@ int run_generate(const GenerateArgs& a) {
 
   std::vector<int32_t> prompt;
   if (a.chat) {
-    if (!m.chat_template) fail("model '", a.model.model, "' has no chat template; drop --chat to use a plain prompt");
+    if (!m.chat_template) fail_as(ErrorKind::kBadRequest, "model '", a.model.model, "' has no chat template; drop --chat to use a plain prompt");
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
     messages.push_back({{"role", "user"}, {"content", user_text}});
@@ -62,6 +59,9 @@ int run_generate(const GenerateArgs& a) {
     prompt = tok.encode(user_text, /*parse_special=*/false);
   }
 
+  if (a.model.ctx_size > m.config.max_position_embeddings)
+    fail_as(ErrorKind::kBadRequest, "--ctx-size ", a.model.ctx_size, " exceeds the model's maximum context of ",
+            m.config.max_position_embeddings, " tokens");
   const int64_t ctx = a.model.ctx_size > 0 ? a.model.ctx_size : std::min<int64_t>(4096, m.config.max_position_embeddings);
   runtime::KVCache cache(m.config, ctx);
   engine::GenerateOptions g;
@@ -103,16 +103,23 @@ Runner add_generate_command(CLI::App& app) {
   app.add_flag("--chat", a->chat, "Wrap the prompt as a user message in the model's chat template");
   app.add_option("--system", a->system, "System message (with --chat)");
   app.add_option("-n,--max-tokens", a->max_tokens, "Maximum tokens to generate (-1: until EOS or the context is full)")
+      ->check(number_in(-1, 1 << 30))
       ->capture_default_str();
-  app.add_option("--temp", a->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  app.add_option("--top-k", a->sampling.top_k, "Keep the K most likely tokens (0 = off)")->capture_default_str();
+  app.add_option("--temp", a->sampling.temperature, "Sampling temperature; 0 = greedy")
+      ->check(number_in(0, 1e6))
+      ->capture_default_str();
+  app.add_option("--top-k", a->sampling.top_k, "Keep the K most likely tokens (0 = off)")
+      ->check(number_in(0, 1 << 30))
+      ->capture_default_str();
   app.add_option("--top-p", a->sampling.top_p, "Nucleus sampling: keep tokens up to this cumulative probability (1 = off)")
       ->capture_default_str();
   app.add_option("--min-p", a->sampling.min_p, "Drop tokens less likely than min-p x the top token (0 = off)")
       ->capture_default_str();
   app.add_option("--repeat-penalty", a->sampling.repeat_penalty, "Penalize tokens seen in the last --repeat-last-n (1 = off)")
       ->capture_default_str();
-  app.add_option("--repeat-last-n", a->sampling.repeat_last_n, "Window for --repeat-penalty")->capture_default_str();
+  app.add_option("--repeat-last-n", a->sampling.repeat_last_n, "Window for --repeat-penalty")
+      ->check(number_in(0, 1 << 30))
+      ->capture_default_str();
   app.add_option("-s,--seed", a->sampling.seed, "Random seed for reproducible sampling")->capture_default_str();
   app.add_option("--stop", a->stop, "Stop when this string appears (repeatable; not printed)");
   app.add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");

@@ -1,16 +1,55 @@
-// graft: command-line entry point. Library errors (graft::Error) become one message on stderr and
-// exit code 1; nothing aborts.
+// graft: command-line entry point. Every failure becomes one message on stderr and an exit code
+// chosen by the error's kind (README "Exit codes"); no exception escapes and nothing aborts.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <new>
+#include <stdexcept>
+#include <system_error>
 
 #include "cli/commands.h"
 #include "graft/core/error.h"
+#include "graft/core/interrupt.h"
+
+namespace {
+
+// Exit codes, one per ErrorKind (documented in README.md; scripts may rely on them).
+int exit_code(graft::ErrorKind kind) {
+  switch (kind) {
+    case graft::ErrorKind::kBadInput: return 1;     // a model, config, tokenizer or adapter file is wrong
+    case graft::ErrorKind::kBadRequest: return 2;   // a command-line argument is wrong (as for usage errors)
+    case graft::ErrorKind::kUnsupported: return 3;  // well-formed but not implemented
+    case graft::ErrorKind::kLimit: return 4;        // a resource budget or the memory ran out
+    case graft::ErrorKind::kIo: return 5;           // the operating system refused (open, write, disk full)
+    case graft::ErrorKind::kInternal: return 6;     // a bug: please report it
+  }
+  return 6;
+}
+
+int report(graft::ErrorKind kind, const char* what) {
+  std::fflush(stdout);
+  // A command stopped by SIGINT/SIGTERM has cleaned up; exit as the signal would have.
+  if (const int sig = graft::interrupt_signal()) {
+    std::fprintf(stderr, "error: %s\n", what);
+    return 128 + sig;
+  }
+  std::fprintf(stderr, "error: %s%s\n", kind == graft::ErrorKind::kInternal ? "internal error: " : "", what);
+  return exit_code(kind);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  // Past a file size limit (ulimit -f), write() then fails with EFBIG and the command reports it,
+  // instead of the process dying with SIGXFSZ and leaving a partial file.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"graft: a CPU inference engine for Llama-family models with LoRA-family adapters done right"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "graft 0.1.0");
+  app.footer(
+      "Exit codes: 0 success, 1 bad input file, 2 bad argument, 3 unsupported, 4 resource limit, 5 I/O failure, "
+      "6 internal error.");
   std::map<CLI::App*, graft::cli::Runner> runners;
   auto* serve = app.add_subcommand("serve", "Serve the model over HTTP (llama-server compatible, live LoRA scales)");
   runners[serve] = graft::cli::add_serve_command(*serve);
@@ -27,19 +66,25 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints help/version (rc 0) or the usage error
+    return rc == 0 ? 0 : exit_code(graft::ErrorKind::kBadRequest);
   }
+  using graft::ErrorKind;
   try {
     for (auto* sub : app.get_subcommands())
       if (runners.count(sub)) return runners[sub]();
   } catch (const graft::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return report(e.kind(), e.what());
+  } catch (const std::bad_alloc&) {
+    return report(ErrorKind::kLimit, "out of memory");
+  } catch (const std::length_error& e) {
+    return report(ErrorKind::kLimit, (std::string("a size limit was exceeded (") + e.what() + ")").c_str());
+  } catch (const std::system_error& e) {
+    return report(ErrorKind::kIo, e.what());
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return report(ErrorKind::kInternal, e.what());
+  } catch (...) {
+    return report(ErrorKind::kInternal, "unknown exception");
   }
-  return 1;
+  return exit_code(ErrorKind::kInternal);
 }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "cli/option_checks.h"
 #include "cli/progress.h"
 #include "graft/core/affine_quant.h"
 #include "graft/core/error.h"
@@ -23,10 +24,15 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
                "decode: huge pages; the mapping's pages are released as each matrix is copied)");
   app.add_option("--q-bits", a.q_bits,
                  "Quantize dense weights at load to 4 or 8 bits (mlx affine, as graft quantize; fused adapters are "
-                 "merged first)");
-  app.add_option("--q-group-size", a.q_group_size, "Group size for --q-bits: 32 | 64 | 128")->capture_default_str();
-  app.add_option("-t,--threads", a.threads, "Worker threads (0 = all cores)")->capture_default_str();
-  app.add_option("-c,--ctx-size", a.ctx_size, ctx_help)->capture_default_str();
+                 "merged first)")
+      ->check(number_in(0, 8));
+  app.add_option("--q-group-size", a.q_group_size, "Group size for --q-bits: 32 | 64 | 128")
+      ->check(number_in(1, 1024))
+      ->capture_default_str();
+  app.add_option("-t,--threads", a.threads, "Worker threads (0 = all cores)")
+      ->check(number_in(0, 4096))
+      ->capture_default_str();
+  app.add_option("-c,--ctx-size", a.ctx_size, ctx_help)->check(number_in(0, 1 << 24))->capture_default_str();
 }
 
 std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,

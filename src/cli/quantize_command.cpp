@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "graft/core/error.h"
+#include "graft/core/interrupt.h"
 #include "graft/model/quantize.h"
 
 namespace graft::cli {
@@ -25,6 +26,7 @@ int run_quantize(const QuantizeArgs& a) {
   o.bits = a.bits;
   o.group_size = a.group_size;
   o.dtype = parse_float_dtype(a.dtype);
+  install_interrupt_handlers();  // SIGINT/SIGTERM unwind through quantize's staging directory
   ProgressBar bar("quantizing");
   o.progress = [&](int64_t d, int64_t t) { bar.update(d, t); };
   const model::QuantizeResult r = model::quantize_checkpoint(a.model, a.out, o);

@@ -13,8 +13,9 @@
 namespace graft {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open '", path, "': ", std::strerror(errno));
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer forever; only regular files pass.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) fail_as(ErrorKind::kIo, "cannot open '", path, "': ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -26,7 +27,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);
-      fail("cannot map '", path, "': ", std::strerror(err));
+      fail_as(ErrorKind::kIo, "cannot map '", path, "': ", std::strerror(err));
     }
     data_ = static_cast<const uint8_t*>(p);
   }

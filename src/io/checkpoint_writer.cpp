@@ -7,6 +7,8 @@
 
 #include "graft/core/convert.h"
 #include "graft/core/error.h"
+#include "graft/core/interrupt.h"
+#include "graft/io/staged_dir.h"
 #include "graft/io/safetensors.h"
 
 namespace graft::io {
@@ -57,6 +59,7 @@ CheckpointWriteResult write_checkpoint(const TensorSource& source, const std::st
   for (size_t i = 0; i < n; ++i) {
     SafetensorsWriter w((fs::path(out_dir) / shard_name(i)).string(), shards[i], options.metadata);
     for (const auto& d : shards[i]) {
+      throw_if_interrupted();  // between tensors: the caller's staging directory is then removed
       Tensor t = convert_tensor(source.read(d.name), d.dtype);
       w.write(t);
       weight_map[d.name] = shard_name(i);
@@ -69,9 +72,7 @@ CheckpointWriteResult write_checkpoint(const TensorSource& source, const std::st
   res.shards = static_cast<int64_t>(n);
   if (n > 1) {
     nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    std::ofstream out(fs::path(out_dir) / "model.safetensors.index.json");
-    out << index.dump(2) << "\n";
-    if (!out) fail("cannot write the shard index in '", out_dir, "'");
+    write_file_checked((fs::path(out_dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
   }
   return res;
 }

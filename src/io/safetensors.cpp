@@ -1,7 +1,10 @@
 #include "graft/io/safetensors.h"
 
+#include "graft/io/json_file.h"
+
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +55,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     fail("safetensors '", path, "': header length ", n, " exceeds the file (", size - 8, " bytes after the length field)");
   if (n > kMaxHeaderBytes) fail("safetensors '", path, "': header length ", n, " exceeds the 100 MiB limit");
   json header;
+  check_json_nesting(std::string_view(reinterpret_cast<const char*>(base + 8), n), path);
   try {
     header = json::parse(base + 8, base + 8 + n);
   } catch (const json::exception& e) {
@@ -83,7 +87,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     if (!e["shape"].is_array()) fail(ctx, ": shape is not an array");
     uint64_t numel = 1;
     for (const auto& d : e["shape"]) {
-      if (!d.is_number_unsigned()) fail(ctx, ": shape ", e["shape"].dump(), " has a non-integer or negative dimension");
+      if (!d.is_number_unsigned()) fail(ctx, ": shape ", json_excerpt(e["shape"]), " has a non-integer or negative dimension");
       uint64_t v = d.get<uint64_t>();
       if (v != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / v) fail(ctx, ": shape overflows");
       numel *= v;
@@ -177,7 +181,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<Declared> ten
   impl_->tensors = std::move(tensors);
   const std::string h = build_header(impl_->tensors, metadata, impl_->path);
   impl_->out.open(impl_->tmp, std::ios::binary | std::ios::trunc);
-  if (!impl_->out) fail("cannot write '", impl_->tmp, "'");
+  if (!impl_->out) fail_as(ErrorKind::kIo, "cannot write '", impl_->tmp, "': ", std::strerror(errno));
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * i));
   impl_->out.write(reinterpret_cast<const char*>(len), 8);
@@ -203,7 +207,8 @@ void SafetensorsWriter::write(const Tensor& t) {
     fail("safetensors writer '", impl_->path, "': tensor '", d.name, "' is ", dtype_name(t.dtype), " ", shape_str(t.shape),
          ", declared ", dtype_name(d.dtype), " ", shape_str(d.shape));
   impl_->out.write(static_cast<const char*>(t.data), t.nbytes());
-  if (!impl_->out) fail("write to '", impl_->tmp, "' failed (disk full?)");
+  if (!impl_->out)
+    fail_as(ErrorKind::kIo, "write to '", impl_->tmp, "' failed: ", std::strerror(errno), " (disk full or file size limit?)");
   ++impl_->next;
 }
 
@@ -211,7 +216,8 @@ void SafetensorsWriter::finish() {
   if (impl_->next != impl_->tensors.size())
     fail("safetensors writer '", impl_->path, "': ", impl_->next, " of ", impl_->tensors.size(), " tensors written");
   impl_->out.close();
-  if (!impl_->out) fail("closing '", impl_->tmp, "' failed");
+  if (!impl_->out)
+    fail_as(ErrorKind::kIo, "closing '", impl_->tmp, "' failed: ", std::strerror(errno), " (disk full or file size limit?)");
   std::filesystem::rename(impl_->tmp, impl_->path);
   impl_->finished = true;
 }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graft/core/error.h"
+#include "graft/io/json_file.h"
 #include "graft/io/safetensors.h"
 #include "graft/io/tensor_source.h"
 
@@ -64,13 +65,7 @@ std::shared_ptr<TensorSource> open_safetensors_checkpoint(const std::string& dir
   if (!fs::exists(index))
     fail("model directory '", dir, "' has neither model.safetensors nor model.safetensors.index.json");
 
-  nlohmann::json j;
-  try {
-    std::ifstream in(index);
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("'", index.string(), "' is not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json j = read_json_file(index.string(), kMaxConfigBytes, "index");
   if (!j.contains("weight_map") || !j["weight_map"].is_object())
     fail("'", index.string(), "': missing object field 'weight_map'");
   std::vector<std::shared_ptr<SafetensorsFile>> files;

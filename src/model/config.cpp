@@ -5,6 +5,7 @@
 #include <set>
 
 #include "graft/core/error.h"
+#include "graft/io/json_file.h"
 #include "graft/model/family.h"
 
 namespace graft::model {
@@ -39,12 +40,19 @@ std::optional<bool> optional_bool(const json& j, const char* key, const std::str
   return j[key].get<bool>();
 }
 
-std::vector<int32_t> int_or_list(const json& v) {
+std::vector<int32_t> int_or_list(const json& v, const char* key, const std::string& path) {
   std::vector<int32_t> out;
-  if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+  auto add = [&](const json& x) {
+    if (!x.is_number_integer()) return;
+    const int64_t id = x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX) ? -1 : x.get<int64_t>();
+    if (id < 0 || id > INT32_MAX)
+      fail("config '", path, "': field '", key, "' holds ", io::json_excerpt(x), "; expected a token id in [0, 2^31)");
+    out.push_back(static_cast<int32_t>(id));
+  };
   if (v.is_array())
-    for (const auto& x : v)
-      if (x.is_number_integer()) out.push_back(x.get<int32_t>());
+    for (const auto& x : v) add(x);
+  else
+    add(v);
   return out;
 }
 
@@ -83,7 +91,7 @@ void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
 QuantSpec parse_quant_spec(const json& q, const std::string& what, const std::string& path) {
   if (!q.is_object()) fail("config '", path, "': ", what, " is not an object");
   if (q.contains("mode") && q["mode"] != "affine")
-    fail("config '", path, "': ", what, ".mode ", q["mode"].dump(),
+    fail("config '", path, "': ", what, ".mode ", io::json_excerpt(q["mode"]),
          " is not supported (supported: affine; mxfp4/nvfp4/mxfp8 are not)");
   QuantSpec s;
   if (!q.contains("bits") || !q["bits"].is_number_integer() || !q.contains("group_size") ||
@@ -106,7 +114,7 @@ std::optional<QuantizationConfig> parse_quantization(const json& j, const std::s
     if (!j.contains("quantization_config")) return std::nullopt;
     const json& qc = j["quantization_config"];
     if (qc.is_object() && qc.contains("quant_method"))
-      fail("config '", path, "': quantization_config.quant_method ", qc["quant_method"].dump(),
+      fail("config '", path, "': quantization_config.quant_method ", io::json_excerpt(qc["quant_method"]),
            " is not supported (graft runs mlx-lm affine quantization only)");
     key = "quantization_config";
   }
@@ -123,7 +131,7 @@ std::optional<QuantizationConfig> parse_quantization(const json& j, const std::s
     } else if (v.is_object()) {
       out.overrides[k] = parse_quant_spec(v, std::string(key) + "." + k, path);
     } else {
-      fail("config '", path, "': ", key, ".", k, " is ", v.dump(), "; expected false or a {bits, group_size} object");
+      fail("config '", path, "': ", key, ".", k, " is ", io::json_excerpt(v), "; expected false or a {bits, group_size} object");
     }
   }
   out.default_spec = parse_quant_spec(defaults, key, path);
@@ -151,7 +159,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
   c.num_layers = require_int(j, "num_hidden_layers", path);
   c.num_heads = require_int(j, "num_attention_heads", path);
   c.num_kv_heads = optional_int(j, "num_key_value_heads", path).value_or(c.num_heads);
-  c.head_dim = optional_int(j, "head_dim", path).value_or(c.hidden_size / c.num_heads);
+  c.head_dim = optional_int(j, "head_dim", path).value_or(c.hidden_size / c.num_heads);  // num_heads > 0
   c.vocab_size = require_int(j, "vocab_size", path);
   c.max_position_embeddings = optional_int(j, "max_position_embeddings", path).value_or(2048);
   c.rms_norm_eps = optional_number(j, "rms_norm_eps", path).value_or(1e-6);
@@ -167,7 +175,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
 
   // Fields that change the math: accept only the values graft implements.
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
-    fail("config '", path, "': hidden_act '", j["hidden_act"].dump(), "' is not supported (supported: silu)");
+    fail("config '", path, "': hidden_act '", io::json_excerpt(j["hidden_act"]), "' is not supported (supported: silu)");
   if (optional_bool(j, "mlp_bias", path).value_or(false))
     fail("config '", path, "': mlp_bias: true is not supported");
   if (auto p = optional_number(j, "partial_rotary_factor", path); p && *p != 1.0)
@@ -180,12 +188,61 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
   if (j.contains("layer_types") && j["layer_types"].is_array())
     for (const auto& t : j["layer_types"])
       if (t != "full_attention")
-        fail("config '", path, "': layer type ", t.dump(), " is not supported (supported: full_attention)");
+        fail("config '", path, "': layer type ", io::json_excerpt(t), " is not supported (supported: full_attention)");
 
-  if (j.contains("eos_token_id")) c.eos_token_ids = int_or_list(j["eos_token_id"]);
-  if (auto b = optional_int(j, "bos_token_id", path)) c.bos_token_id = static_cast<int32_t>(*b);
+  if (j.contains("eos_token_id")) c.eos_token_ids = int_or_list(j["eos_token_id"], "eos_token_id", path);
+  if (j.contains("bos_token_id")) {
+    auto b = int_or_list(j["bos_token_id"], "bos_token_id", path);
+    if (!b.empty()) c.bos_token_id = b[0];
+  }
   c.quantization = parse_quantization(j, path);
+  validate_config(c, "config '" + path + "'");
   return c;
+}
+
+namespace {
+
+void check_range(const std::string& where, const char* field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) fail(where, ": ", field, " is ", v, "; expected ", lo, "..", hi);
+}
+
+void check_positive_finite(const std::string& where, const char* field, double v) {
+  if (!(std::isfinite(v) && v > 0)) fail(where, ": ", field, " is ", v, "; expected a finite number > 0");
+}
+
+}  // namespace
+
+void validate_config(const ModelConfig& c, const std::string& where) {
+  // Bounds far above any real model (Llama-3.1-405B: 126 layers, hidden 16384, 128 heads,
+  // vocab 128256) and low enough that products of two stay far from overflow.
+  constexpr int64_t kMaxDim = int64_t{1} << 20, kMaxHeads = 1 << 14, kMaxLayers = 1 << 14;
+  check_range(where, "hidden_size (GGUF embedding_length)", c.hidden_size, 1, kMaxDim);
+  check_range(where, "intermediate_size (GGUF feed_forward_length)", c.intermediate_size, 1, kMaxDim);
+  check_range(where, "num_hidden_layers (GGUF block_count)", c.num_layers, 1, kMaxLayers);
+  check_range(where, "num_attention_heads (GGUF attention.head_count)", c.num_heads, 1, kMaxHeads);
+  check_range(where, "num_key_value_heads (GGUF attention.head_count_kv)", c.num_kv_heads, 1, c.num_heads);
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail(where, ": num_attention_heads ", c.num_heads, " is not a multiple of num_key_value_heads ",
+         c.num_kv_heads);
+  check_range(where, "head_dim (GGUF attention.key_length)", c.head_dim, 2, 1 << 16);
+  if (c.head_dim % 2 != 0) fail(where, ": head_dim (GGUF attention.key_length) ", c.head_dim, " must be even (RoPE rotates pairs)");
+  check_range(where, "vocab_size (GGUF token_embd.weight rows)", c.vocab_size, 1, INT32_MAX);
+  check_range(where, "max_position_embeddings (GGUF context_length)", c.max_position_embeddings, 1, int64_t{1} << 30);
+  check_positive_finite(where, "rope_theta (GGUF rope.freq_base)", c.rope_theta);
+  check_positive_finite(where, "rms_norm_eps (GGUF attention.layer_norm_rms_epsilon)", c.rms_norm_eps);
+  if (c.rms_norm_eps >= 1) fail(where, ": rms_norm_eps is ", c.rms_norm_eps, "; expected a small positive number (< 1)");
+  if (c.rope_scaling.type != RopeScalingType::None) {
+    check_positive_finite(where, "rope scaling factor", c.rope_scaling.factor);
+    check_positive_finite(where, "rope scaling low_freq_factor", c.rope_scaling.low_freq_factor);
+    check_positive_finite(where, "rope scaling high_freq_factor", c.rope_scaling.high_freq_factor);
+    check_range(where, "rope scaling original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings,
+                1, int64_t{1} << 30);
+  }
+  for (float d : c.rope_freq_divisors)
+    check_positive_finite(where, "a rope frequency factor (rope_freqs.weight)", d);
+  if (c.sliding_window) check_range(where, "sliding_window", *c.sliding_window, 1, int64_t{1} << 30);
+  for (int32_t id : c.eos_token_ids) check_range(where, "eos_token_id", id, 0, c.vocab_size - 1);
+  if (c.bos_token_id) check_range(where, "bos_token_id", *c.bos_token_id, 0, c.vocab_size - 1);
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& c) {

@@ -75,6 +75,12 @@ ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
   c.intermediate_size = g.require_int(a + ".feed_forward_length");
   c.num_layers = g.require_int(a + ".block_count");
   c.num_heads = g.require_int(a + ".attention.head_count");
+  if (c.num_heads <= 0) fail("GGUF '", g.path(), "': ", a, ".attention.head_count is ", c.num_heads, "; expected > 0");
+  // Each layer holds several tensors: a count beyond the file's tensors is a lie, refused before
+  // anything loops over it.
+  if (c.num_layers < 1 || static_cast<uint64_t>(c.num_layers) > g.tensors().size())
+    fail("GGUF '", g.path(), "': ", a, ".block_count is ", c.num_layers, "; expected 1..", g.tensors().size(),
+         " (the file holds ", g.tensors().size(), " tensors)");
   c.num_kv_heads = g.optional_int(a + ".attention.head_count_kv").value_or(c.num_heads);
   c.head_dim = g.optional_int(a + ".attention.key_length").value_or(c.hidden_size / c.num_heads);
   c.max_position_embeddings = g.optional_int(a + ".context_length").value_or(2048);
@@ -97,14 +103,25 @@ ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
   }
   const io::GgufTensorInfo* embed = g.find("token_embd.weight");
   if (!embed) fail("GGUF '", g.path(), "': missing tensor 'token_embd.weight'");
+  if (embed->shape.size() != 2)
+    fail("GGUF '", g.path(), "': tensor 'token_embd.weight' has shape ", shape_str(embed->shape),
+         "; expected 2 dimensions [vocab, hidden]");
   c.vocab_size = embed->shape[0];
   c.tie_word_embeddings = g.find("output.weight") == nullptr;
-  if (auto e = g.optional_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(static_cast<int32_t>(*e));
-  if (auto e = g.optional_int("tokenizer.ggml.eot_token_id"))
-    if (c.eos_token_ids.empty() || c.eos_token_ids[0] != *e) c.eos_token_ids.push_back(static_cast<int32_t>(*e));
-  if (auto b = g.optional_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<int32_t>(*b);
+  auto token_id = [&](const char* key) -> std::optional<int32_t> {
+    auto v = g.optional_int(key);
+    if (v && (*v < 0 || *v >= c.vocab_size))
+      fail("GGUF '", g.path(), "': ", key, " is ", *v, "; expected a token id in [0, ", c.vocab_size, ")");
+    if (v) return static_cast<int32_t>(*v);
+    return std::nullopt;
+  };
+  if (auto e = token_id("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(*e);
+  if (auto e = token_id("tokenizer.ggml.eot_token_id"))
+    if (c.eos_token_ids.empty() || c.eos_token_ids[0] != *e) c.eos_token_ids.push_back(*e);
+  c.bos_token_id = token_id("tokenizer.ggml.bos_token_id");
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
     fail("GGUF '", g.path(), "': head_count ", c.num_heads, " is not a multiple of head_count_kv ", c.num_kv_heads);
+  validate_config(c, "GGUF '" + g.path() + "'");
   return c;
 }
 

@@ -6,6 +6,7 @@
 
 #include "graft/adapter/adapted_source.h"
 #include "graft/core/error.h"
+#include "graft/io/json_file.h"
 #include "graft/model/model_adapters.h"
 #include "graft/text/gguf_tokenizer.h"
 
@@ -16,15 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) fail("cannot read '", p.string(), "'");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    fail("'", p.string(), "' is not valid JSON (", e.what(), ")");
-  }
-}
+json read_json(const fs::path& p) { return io::read_json_file(p.string(), io::kMaxConfigBytes, "config"); }
 
 bool is_gguf(const std::string& path) {
   if (!fs::is_regular_file(path)) return false;
@@ -38,10 +31,7 @@ bool is_gguf(const std::string& path) {
 // or transformers 5's separate chat_template.jinja.
 std::optional<std::string> hf_chat_template(const fs::path& dir) {
   const fs::path jinja = dir / "chat_template.jinja";
-  if (fs::exists(jinja)) {
-    std::ifstream in(jinja);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  if (fs::exists(jinja)) return io::read_regular_file(jinja.string(), io::kMaxConfigBytes, "chat template");
   const fs::path cfg = dir / "tokenizer_config.json";
   if (!fs::exists(cfg)) return std::nullopt;
   json j = read_json(cfg);
@@ -50,7 +40,9 @@ std::optional<std::string> hf_chat_template(const fs::path& dir) {
   if (t.is_string()) return t.get<std::string>();
   if (t.is_array())
     for (const auto& e : t)
-      if (e.value("name", "") == "default" && e.contains("template")) return e["template"].get<std::string>();
+      if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") &&
+          e["template"].is_string())
+        return e["template"].get<std::string>();
   fail("'", cfg.string(), "': chat_template is neither a string nor a list with a 'default' entry");
 }
 
@@ -61,7 +53,10 @@ void merge_generation_config(const fs::path& dir, ModelConfig& c) {
   json j = read_json(p);
   auto add = [&](const json& v) {
     if (v.is_number_integer()) {
-      int32_t id = v.get<int32_t>();
+      const int64_t wide = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? -1 : v.get<int64_t>();
+      if (wide < 0 || wide >= c.vocab_size)
+        fail("'", p.string(), "': eos_token_id ", io::json_excerpt(v), " is not a token id in [0, ", c.vocab_size, ")");
+      const int32_t id = static_cast<int32_t>(wide);
       if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
         c.eos_token_ids.push_back(id);
     }
@@ -86,6 +81,11 @@ ModelSource open_model_source(const std::string& path) {
   ModelConfig c = parse_hf_config(read_json(cfg), cfg.string());
   merge_generation_config(path, c);
   std::shared_ptr<io::TensorSource> source = io::open_safetensors_checkpoint(path);
+  // Each layer holds several tensors: refuse a layer count the files cannot back before anything
+  // loops over it.
+  if (static_cast<uint64_t>(c.num_layers) > source->names().size())
+    fail("config '", cfg.string(), "': num_hidden_layers is ", c.num_layers, " but the checkpoint holds only ",
+         source->names().size(), " tensors");
   if (c.quantization) source = std::make_shared<QuantizedCheckpointSource>(source, *c.quantization);
   return ModelSource{"safetensors", c, source, nullptr};
 }

@@ -10,7 +10,10 @@
 #include "graft/core/affine_quant.h"
 #include "graft/core/convert.h"
 #include "graft/core/error.h"
+#include "graft/core/interrupt.h"
 #include "graft/io/checkpoint_writer.h"
+#include "graft/io/json_file.h"
+#include "graft/io/staged_dir.h"
 #include "graft/model/family.h"
 #include "graft/model/loader.h"
 
@@ -105,16 +108,16 @@ class QuantizingSource : public io::TensorSource {
 QuantizeResult quantize_checkpoint(const std::string& model_dir, const std::string& out_dir, const QuantizeOptions& o) {
   check_affine_params(o.bits, o.group_size, o.group_size, "--bits/--group-size");
   if (o.dtype && *o.dtype != DType::F32 && *o.dtype != DType::F16 && *o.dtype != DType::BF16)
-    fail("quantize: --dtype must be F32, F16 or BF16");
+    fail_as(ErrorKind::kBadRequest, "quantize: --dtype must be F32, F16 or BF16");
   ModelSource src = open_model_source(model_dir);
   if (src.format != "safetensors")
-    fail("quantize: '", model_dir, "' is a ", src.format,
+    fail_as(ErrorKind::kUnsupported, "quantize: '", model_dir, "' is a ", src.format,
          " file; graft quantize reads a dense Hugging Face directory (config.json + safetensors)");
-  if (src.config.quantization) fail("quantize: '", model_dir, "' is already quantized (config.json has a quantization block)");
+  if (src.config.quantization) fail_as(ErrorKind::kBadRequest, "quantize: '", model_dir, "' is already quantized (config.json has a quantization block)");
   if (fs::exists(out_dir) && fs::exists(model_dir) && fs::equivalent(out_dir, model_dir))
-    fail("quantize: --out must differ from --model");
+    fail_as(ErrorKind::kBadRequest, "quantize: --out must differ from --model");
   if (fs::exists(out_dir) && (!fs::is_directory(out_dir) || !fs::is_empty(out_dir)))
-    fail("quantize: output directory '", out_dir, "' exists and is not empty; refusing to overwrite");
+    fail_as(ErrorKind::kBadRequest, "quantize: output directory '", out_dir, "' exists and is not empty; refusing to overwrite");
 
   // mlx-lm quantizes every Linear and Embedding whose input size divides by the group size.
   const ModelConfig& c = src.config;
@@ -131,36 +134,31 @@ QuantizeResult quantize_checkpoint(const std::string& model_dir, const std::stri
   }
   QuantizingSource q(src.source, modules, o);
 
-  json config;
-  {
-    std::ifstream in(fs::path(model_dir) / "config.json");
-    config = json::parse(in);
-  }
+  json config = io::read_json_file((fs::path(model_dir) / "config.json").string(), io::kMaxConfigBytes, "config");
   const json block = {{"group_size", o.group_size}, {"bits", o.bits}, {"mode", "affine"}};
   config["quantization"] = block;
   config["quantization_config"] = block;
 
-  fs::create_directories(out_dir);
+  // Written into a staging directory beside out_dir, renamed into place only when every file is
+  // written, checked and flushed: out_dir holds a complete checkpoint or nothing.
+  io::StagedDirectory staged(out_dir);
   QuantizeResult r;
-  try {
-    io::CheckpointWriteOptions w;
-    w.progress = o.progress;
-    const auto written = io::write_checkpoint(q, out_dir, w);
-    for (const auto& e : fs::directory_iterator(model_dir)) {
-      const std::string name = e.path().filename().string();
-      if (!e.is_regular_file() || e.path().extension() == ".safetensors" || name == "model.safetensors.index.json" ||
-          name == "config.json")
-        continue;
-      fs::copy_file(e.path(), fs::path(out_dir) / name, fs::copy_options::overwrite_existing);
-    }
-    std::ofstream(fs::path(out_dir) / "config.json") << config.dump(2) << "\n";
-    r.quantized_modules = static_cast<int64_t>(modules.size());
-    r.kept_tensors = written.tensors - 3 * r.quantized_modules;
-    r.bytes = written.bytes;
-  } catch (...) {
-    fs::remove_all(out_dir);
-    throw;
+  io::CheckpointWriteOptions w;
+  w.progress = o.progress;
+  const auto written = io::write_checkpoint(q, staged.path(), w);
+  for (const auto& e : fs::directory_iterator(model_dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || e.path().extension() == ".safetensors" || name == "model.safetensors.index.json" ||
+        name == "config.json")
+      continue;
+    staged.copy_file(e.path().string(), name);
   }
+  staged.write_file("config.json", config.dump(2) + "\n");
+  throw_if_interrupted();
+  staged.commit();
+  r.quantized_modules = static_cast<int64_t>(modules.size());
+  r.kept_tensors = written.tensors - 3 * r.quantized_modules;
+  r.bytes = written.bytes;
   return r;
 }
 

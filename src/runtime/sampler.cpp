@@ -9,12 +9,12 @@
 namespace graft::runtime {
 
 void validate(const SamplingParams& p) {
-  if (!std::isfinite(p.temperature)) fail("temperature must be finite, got ", p.temperature);
-  if (!(p.top_p > 0.0f) || p.top_p > 1.0f) fail("top-p must be in (0, 1], got ", p.top_p);
-  if (!(p.min_p >= 0.0f) || p.min_p > 1.0f) fail("min-p must be in [0, 1], got ", p.min_p);
+  if (!std::isfinite(p.temperature)) fail_as(ErrorKind::kBadRequest, "temperature must be finite, got ", p.temperature);
+  if (!(p.top_p > 0.0f) || p.top_p > 1.0f) fail_as(ErrorKind::kBadRequest, "top-p must be in (0, 1], got ", p.top_p);
+  if (!(p.min_p >= 0.0f) || p.min_p > 1.0f) fail_as(ErrorKind::kBadRequest, "min-p must be in [0, 1], got ", p.min_p);
   if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty))
-    fail("repeat penalty must be positive and finite, got ", p.repeat_penalty);
-  if (p.repeat_last_n < 0) fail("repeat-last-n must be >= 0, got ", p.repeat_last_n);
+    fail_as(ErrorKind::kBadRequest, "repeat penalty must be positive and finite, got ", p.repeat_penalty);
+  if (p.repeat_last_n < 0) fail_as(ErrorKind::kBadRequest, "repeat-last-n must be >= 0, got ", p.repeat_last_n);
 }
 
 int32_t argmax(std::span<const float> logits) {

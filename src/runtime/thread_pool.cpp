@@ -9,6 +9,8 @@
 // to wake; a late worker finds nothing left and goes back to waiting.
 #include "graft/runtime/thread_pool.h"
 
+#include "graft/core/error.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <chrono>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -118,7 +121,18 @@ ThreadPool::ThreadPool(int n_threads) : impl_(std::make_unique<Impl>()) {
   n_threads = std::min(n_threads, 4096);  // chunk indices live in 16 bits of the claim word
   impl_->n_threads = n_threads;
   impl_->workers.reserve(static_cast<size_t>(n_threads - 1));
-  for (int i = 1; i < n_threads; ++i) impl_->workers.emplace_back([this] { impl_->worker_loop(); });
+  try {
+    for (int i = 1; i < n_threads; ++i) impl_->workers.emplace_back([this] { impl_->worker_loop(); });
+  } catch (const std::system_error& e) {
+    // The OS refused a thread (limits, memory): stop those started, then say so.
+    const size_t started = impl_->workers.size();
+    impl_->stop.store(true, std::memory_order_seq_cst);
+    impl_->gen.fetch_add(1, std::memory_order_seq_cst);
+    impl_->gen.notify_all();
+    for (auto& t : impl_->workers) t.join();
+    fail_as(ErrorKind::kIo, "cannot start worker thread ", started + 2, " of ", n_threads, ": ", e.what(),
+            " (try fewer --threads)");
+  }
 }
 
 ThreadPool::~ThreadPool() {

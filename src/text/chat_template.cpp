@@ -1,11 +1,17 @@
 #include "graft/text/chat_template.h"
 
+#include <new>
+#include <stdexcept>
+
 #include "graft/core/error.h"
 #include "text/jinja/eval.h"
 #include "text/jinja/lexer.h"
 #include "text/jinja/parser.h"
 
 namespace graft::text {
+
+// Real chat templates are a few KiB; the largest known are under 64 KiB.
+constexpr size_t kMaxTemplateBytes = size_t{1} << 20;
 
 struct ChatTemplate::Impl {
   std::string source;
@@ -14,6 +20,8 @@ struct ChatTemplate::Impl {
 
 ChatTemplate::ChatTemplate(const std::string& source) : impl_(std::make_unique<Impl>()) {
   impl_->source = source;
+  if (source.size() > kMaxTemplateBytes)
+    fail_as(ErrorKind::kLimit, "chat template: ", source.size(), " bytes (limit ", kMaxTemplateBytes, ")");
   impl_->body = jinja::Parser(jinja::lex(source)).parse_template();
 }
 
@@ -48,7 +56,13 @@ static std::string render_with(const jinja::Body& body, jinja::Value messages, c
       if (!replaced) ctx.emplace_back(k, std::move(val));
     }
   }
-  return jinja::Evaluator::render(body, std::move(ctx));
+  try {
+    return jinja::Evaluator::render(body, std::move(ctx));
+  } catch (const std::bad_alloc&) {
+    fail_as(ErrorKind::kLimit, "chat template: out of memory while rendering (a value grew too large)");
+  } catch (const std::length_error&) {
+    fail_as(ErrorKind::kLimit, "chat template: a value grew too large while rendering");
+  }
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatTemplateOptions& options) const {

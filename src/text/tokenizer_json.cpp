@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "graft/core/error.h"
+#include "graft/io/json_file.h"
 #include "text/tokenizer_internal.h"
 
 namespace graft::text::detail {
@@ -15,17 +16,7 @@ namespace {
 using json = nlohmann::json;
 constexpr int64_t kMaxId = int64_t{1} << 24;  // far above any real vocabulary
 
-json read_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("tokenizer file '", path, "': cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail("tokenizer file '", path, "': invalid JSON: ", e.what());
-  }
-}
+json read_json(const std::string& path) { return io::read_json_file(path, io::kMaxTokenizerBytes, "tokenizer file"); }
 
 struct Ctx {
   Ctx(const std::string& p, TokenizerImpl& i) : path(p), impl(i) {}

@@ -11,13 +11,15 @@ trap 'rm -rf "$TMP"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# expect_error NAME EXPECTED_FRAGMENT -- ARGS...: exit code 1, fragment on stderr, nothing on stdout.
+# expect_error NAME EXPECTED_FRAGMENT CODE ARGS...: exit code CODE ("--": 1, a bad input file; 2:
+# a bad argument; README "Exit codes"), fragment on stderr, nothing on stdout.
 expect_error() {
-  local name=$1 fragment=$2
+  local name=$1 fragment=$2 code=$3
+  [ "$code" = "--" ] && code=1
   shift 3
   "$GRAFT" "$@" >"$TMP/out" 2>"$TMP/err"
   local rc=$?
-  [ $rc -eq 1 ] || fail "$name: exit code $rc, expected 1"
+  [ $rc -eq "$code" ] || fail "$name: exit code $rc, expected $code"
   grep -qF -- "$fragment" "$TMP/err" || fail "$name: stderr lacks '$fragment': $(cat "$TMP/err")"
   [ ! -s "$TMP/out" ] || fail "$name: wrote to stdout: $(head -c 200 "$TMP/out")"
   grep -q "Sanitizer\|runtime error" "$TMP/err" && fail "$name: sanitizer report"
@@ -43,8 +45,8 @@ mkdir -p "$TMP/empty"
 expect_error no-config "has no config.json" -- generate -m "$TMP/empty" -p hi
 echo '{"model_type": "llama",' >"$TMP/empty/config.json"
 expect_error bad-config-json "not valid JSON" -- generate -m "$TMP/empty" -p hi
-expect_error no-prompt "exactly one of --prompt and --prompt-file" -- generate -m "$TMP/empty"
-expect_error bad-top-p "top-p" -- generate -m "$TMP/empty" -p hi --top-p 1.5
+expect_error no-prompt "exactly one of --prompt and --prompt-file" 2 generate -m "$TMP/empty"
+expect_error bad-top-p "top-p" 2 generate -m "$TMP/empty" -p hi --top-p 1.5
 
 # Adapters: inspect and fuse on the tiny reference checkpoint with a real PEFT adapter.
 TINY=$SRC/tests/fixtures/models/llama_f32
@@ -63,9 +65,9 @@ cmp -s "$TMP/fused/model.safetensors" "$TINY/model.safetensors" && fail "fused w
 expect_error fuse-wrong-base "does not match the base" -- fuse --base "$SRC/tests/fixtures/models/qwen3_f32" \
   --adapter "$PEFT" --out "$TMP/never"
 [ -e "$TMP/never" ] && fail "a refused fuse created its output directory"
-expect_error fuse-bad-scale "is not a finite number" -- fuse --base "$TINY" --adapter "$PEFT:abc" --out "$TMP/never"
+expect_error fuse-bad-scale "is not a finite number" 2 fuse --base "$TINY" --adapter "$PEFT:abc" --out "$TMP/never"
 expect_error fuse-bad-policy "RankWiseF32" -- fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/never" --policy Fancy
-expect_error fuse-existing-out "not empty" -- fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/fused"
+expect_error fuse-existing-out "not empty" 2 fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/fused"
 expect_error inspect-missing "no such file or directory" -- inspect "$TMP/no-adapter"
 for sub in inspect fuse quantize convert; do "$GRAFT" $sub --help >/dev/null || fail "graft $sub --help"; done
 
@@ -84,11 +86,11 @@ cmp -s "$TMP/base" "$TMP/gen_fused" && fail "the adapter changed nothing"
 "$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --adapter-scaled "$PEFT:0.5" --merge-policy RankWiseF32 \
   >"$TMP/out" 2>"$TMP/err" || fail "--adapter-scaled with --merge-policy: $(cat "$TMP/err")"
 grep -q "RankWiseF32" "$TMP/err" || fail "merge policy not reported"
-expect_error gen-nan-scale "is not a finite number" -- generate -m "$TINY" -p hi --lora-scaled "$PEFT:nan"
-expect_error gen-inf-scale "is not a finite number" -- generate -m "$TINY" -p hi --adapter-scaled "$PEFT:inf"
-expect_error gen-text-scale "is not a finite number" -- generate -m "$TINY" -p hi --adapter-scaled "$PEFT:big"
-expect_error gen-no-scale "expected PATH:SCALE" -- generate -m "$TINY" -p hi --lora-scaled "$PEFT"
-expect_error gen-empty-list "empty entry" -- generate -m "$TINY" -p hi --adapter "$PEFT,"
+expect_error gen-nan-scale "is not a finite number" 2 generate -m "$TINY" -p hi --lora-scaled "$PEFT:nan"
+expect_error gen-inf-scale "is not a finite number" 2 generate -m "$TINY" -p hi --adapter-scaled "$PEFT:inf"
+expect_error gen-text-scale "is not a finite number" 2 generate -m "$TINY" -p hi --adapter-scaled "$PEFT:big"
+expect_error gen-no-scale "expected PATH:SCALE" 2 generate -m "$TINY" -p hi --lora-scaled "$PEFT"
+expect_error gen-empty-list "empty entry" 2 generate -m "$TINY" -p hi --adapter "$PEFT,"
 expect_error gen-missing-adapter "no-adapter" -- generate -m "$TINY" -p hi --lora "$TMP/no-adapter"
 expect_error gen-other-base "does not match the base" -- generate -m "$SRC/tests/fixtures/models/qwen3_f32" -p hi \
   --adapter "$PEFT"
@@ -128,7 +130,7 @@ expect_error fuse-quantized "fuse --dequantize" -- fuse --base "$QMODEL" --adapt
 grep -q '"quantization"' "$TMP/dq/config.json" && fail "fuse --dequantize kept the quantization block"
 "$GRAFT" generate -m "$TMP/dq" -p "Hello world" --temp 0 -n 4 >/dev/null 2>"$TMP/err" \
   || fail "generate on a dequantized fuse: $(cat "$TMP/err")"
-expect_error fuse-dequantize-dense "is not a quantized checkpoint" -- fuse --base "$TINY" --adapter "$PEFT" \
+expect_error fuse-dequantize-dense "is not a quantized checkpoint" 2 fuse --base "$TINY" --adapter "$PEFT" \
   --out "$TMP/never" --dequantize
 expect_error fuse-tied-lm-head "ties lm_head to embed_tokens" -- fuse --base "$SRC/tests/fixtures/models/qwen2_f32" \
   --adapter "$SRC/tests/fixtures/engine_adapters/embed/peft_lm_head_qwen2_f32" --out "$TMP/never"
@@ -172,7 +174,7 @@ grep -q '"bits": 4' "$TMP/q4/config.json" || fail "quantized config lacks the qu
 expect_error gen-q-bits "not supported (supported: 4, 8)" -- generate -m "$TINY" -p hi --q-bits 2
 expect_error quantize-bits "not supported (supported: 4, 8)" -- quantize -m "$TINY" -o "$TMP/q3" --bits 3
 expect_error quantize-group "group size 48" -- quantize -m "$TINY" -o "$TMP/q3" --group-size 48
-expect_error quantize-existing "not empty" -- quantize -m "$TINY" -o "$TMP/q4"
+expect_error quantize-existing "not empty" 2 quantize -m "$TINY" -o "$TMP/q4"
 [ -e "$TMP/q3" ] && fail "a refused quantize created its output directory"
 
 if [ -f "$MODEL" ]; then

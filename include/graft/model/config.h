@@ -69,6 +69,12 @@ struct ModelConfig {
 // Parses a Hugging Face config.json object; `path` names the file in errors.
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& path);
 
+// Range checks every field once, where a config is read (config.json or GGUF metadata), before
+// anything is computed or allocated from it: positive dims and head counts that divide as the
+// architecture requires, finite positive rope_theta / rms_norm_eps / scaling factors, a positive
+// sliding window, token ids inside the vocabulary. `where` names the file in errors.
+void validate_config(const ModelConfig& c, const std::string& where);
+
 // RoPE inverse frequencies (head_dim / 2 of them) after scaling, as transformers computes them.
 std::vector<float> rope_inv_freq(const ModelConfig& c);
 

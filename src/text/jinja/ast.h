@@ -39,6 +39,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
   bool negated = false;
+  int depth = 1;  // height of this subtree (set by the parser, which bounds it)
 
   Expr(Kind k, int l) : kind(k), line(l) {}
 };

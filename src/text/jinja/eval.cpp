@@ -6,6 +6,31 @@
 
 namespace graft::text::jinja {
 
+namespace {
+// Well under a second of work; real chat templates take a few thousand steps (about twenty per
+// message), so a conversation of ten thousand messages fits many times over.
+constexpr int64_t kMaxSteps = 1'000'000;
+// Rendered output and any single string value; a long conversation renders to well under 1 MiB.
+constexpr size_t kMaxBytes = size_t{32} << 20;
+// Items in any single list value.
+constexpr size_t kMaxItems = size_t{1} << 20;
+}  // namespace
+
+void Evaluator::count_step(int line, int64_t cost) {
+  if ((steps_ += cost) > kMaxSteps)
+    fail_as(ErrorKind::kLimit, "chat template line ", line, ": the template ran more than ", kMaxSteps,
+            " evaluation steps (the budget for one rendering); refusing to run it further");
+}
+
+void Evaluator::check_size(const Value& v, int line) const {
+  if (v.is_string() && v.as_string().size() > kMaxBytes)
+    fail_as(ErrorKind::kLimit, "chat template line ", line, ": a string value grew to ", v.as_string().size(),
+            " bytes (limit ", kMaxBytes, ")");
+  if (v.is_sequence() && v.as_list().size() > kMaxItems)
+    fail_as(ErrorKind::kLimit, "chat template line ", line, ": a list value grew to ", v.as_list().size(),
+            " items (limit ", kMaxItems, ")");
+}
+
 const Value* Frame::find(const std::string& name) const {
   for (const Frame* f = this; f; f = f->parent.get())
     for (const auto& [k, v] : f->vars)
@@ -48,6 +73,7 @@ Evaluator::Flow Evaluator::exec(const Body& body, std::string& out, const FrameP
 }
 
 Evaluator::Flow Evaluator::exec_node(const Node& n, std::string& out, const FramePtr& frame) {
+  count_step(n.line);
   try {
     switch (n.kind) {
       case Node::Kind::Text: out += n.text; break;
@@ -94,6 +120,9 @@ Evaluator::Flow Evaluator::exec_node(const Node& n, std::string& out, const Fram
   } catch (const RuntimeError& e) {
     fail("chat template line ", n.line, ": ", e.what());
   }
+  // Nodes that append (text, output, filter blocks) end here; those that return recurse into this.
+  if (out.size() > kMaxBytes)
+    fail_as(ErrorKind::kLimit, "chat template line ", n.line, ": the rendered text grew past ", kMaxBytes, " bytes");
   return Flow::Normal;
 }
 
@@ -138,6 +167,7 @@ void Evaluator::exec_for(const Node& n, std::string& out, const FramePtr& frame)
     return;
   }
   for (size_t i = 0; i < items.size(); ++i) {
+    count_step(n.line, 4);  // a fresh scope and loop object: a few steps' work, even for an empty body
     auto f = std::make_shared<Frame>();
     f->parent = frame;
     assign(n.target, items[i], *f);
@@ -225,8 +255,11 @@ Value Evaluator::apply_filter_chain(const Expr& filter, Value subject, const Fra
 }
 
 Value Evaluator::eval(const Expr& e, const FramePtr& frame) {
+  count_step(e.line);
   try {
-    return eval_inner(e, frame);
+    Value v = eval_inner(e, frame);
+    check_size(v, e.line);
+    return v;
   } catch (const RuntimeError& err) {
     fail("chat template line ", e.line, ": ", err.what());
   }

@@ -38,7 +38,13 @@ class Evaluator {
   Value make_macro(const Node& node, const FramePtr& frame);
   Value make_loop(const ValueList& items, size_t i);
 
+  // Budgets: a template is a program from a stranger (a model download, a server request), so it
+  // runs in bounded time and memory. Exceeding one is a kLimit error naming the template line.
+  void count_step(int line, int64_t cost = 1);
+  void check_size(const Value& v, int line) const;
+
   FramePtr root_;
+  int64_t steps_ = 0;
   std::vector<Value> namespaces_;
   int call_depth_ = 0;
 };

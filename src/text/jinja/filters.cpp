@@ -45,6 +45,13 @@ Value f_default(const Value& v, const CallArgs& a) {
   return v;
 }
 
+// An indentation given as a number: that many spaces (negative: none), at most 1000.
+std::string spaces(const Value& width, const char* what) {
+  const int64_t n = to_index(width, what);
+  if (n > 1000) runtime_fail(std::string(what) + " " + std::to_string(n) + " is too large (at most 1000)");
+  return std::string(static_cast<size_t>(std::max<int64_t>(0, n)), ' ');
+}
+
 Value f_tojson(const Value& v, const CallArgs& a) {
   // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
   Bound b = bind(a, "tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}, 0);
@@ -55,7 +62,7 @@ Value f_tojson(const Value& v, const CallArgs& a) {
     o.pretty = true;
     o.item_sep = ",";
     if (b[1].is_string()) o.indent = b[1].as_string();
-    else o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, to_index(b[1], "indent"))), ' ');
+    else o.indent = spaces(b[1], "tojson indent");
   }
   if (b.has(2) && !b[2].is_none()) {
     if (!b[2].is_sequence() || b[2].as_list().size() != 2) runtime_fail("tojson separators must be a pair of strings");
@@ -377,7 +384,7 @@ Value f_escape(const Value& v, const CallArgs& a) {
 Value f_indent(const Value& v, const CallArgs& a) {
   Bound b = bind(a, "indent", {"width", "first", "blank"}, 0);
   std::string ind = !b.has(0) ? "    " : b[0].is_string() ? b[0].as_string()
-                                         : std::string(static_cast<size_t>(std::max<int64_t>(0, to_index(b[0], "width"))), ' ');
+                                         : spaces(b[0], "indent width");
   std::string s = v.str() + "\n";
   std::vector<std::string> lines;  // str.splitlines on "\n"-terminated text
   size_t start = 0;

@@ -278,6 +278,7 @@ class Lexer {
         else break;
       }
       if (r > p + 2) q = r;
+      else base = 10;  // `0b` with no digits: the literal is `0`, followed by a name
     }
     if (q == p) {  // decimal: [1-9](_?\d)* | 0(_?0)*
       bool zero = src_[p] == '0';

@@ -65,6 +65,8 @@ class Parser {
   void parse_call_args(Expr& into);
   ExprPtr parse_filter(ExprPtr node, bool start_inline);
   ExprPtr parse_test(ExprPtr node);
+  // Sets e->depth from its children; a syntax error past the depth limit.
+  static ExprPtr bounded(ExprPtr e);
   static ExprPtr binary(std::string op, ExprPtr a, ExprPtr b, int line);
 
   // statements (parser_stmt.cpp)

@@ -1,4 +1,6 @@
 // Expression parsing, following jinja2/parser.py rule by rule.
+#include <algorithm>
+
 #include "text/jinja/builtins.h"
 #include "text/jinja/parser.h"
 
@@ -21,6 +23,23 @@ bool Parser::skip_name(std::string_view n) {
   if (!is_name(n)) return false;
   next();
   return true;
+}
+
+// Every expression tree is at most this high: evaluating it and destroying it recurse once per
+// level, so an unbounded chain (`x|f|f|...`, `a~a~...`, `x.a.b...`) would overflow the stack.
+constexpr int kMaxExprDepth = 256;
+
+ExprPtr Parser::bounded(ExprPtr e) {
+  int d = 0;
+  for (const auto& a : e->args)
+    if (a) d = std::max(d, a->depth);
+  for (const auto& kv : e->kwargs)
+    if (kv.second) d = std::max(d, kv.second->depth);
+  e->depth = d + 1;
+  if (e->depth > kMaxExprDepth)
+    syntax_fail(e->line, 0, "expression nested or chained too deeply (more than " + std::to_string(kMaxExprDepth) +
+                                " levels of operators, filters, calls or attributes)");
+  return e;
 }
 
 void Parser::error(const Token& at, const std::string& msg) const { syntax_fail(at.line, at.col, msg); }
@@ -52,7 +71,7 @@ ExprPtr Parser::binary(std::string op, ExprPtr a, ExprPtr b, int line) {
   e->name = std::move(op);
   e->args.push_back(std::move(a));
   e->args.push_back(std::move(b));
-  return e;
+  return bounded(std::move(e));
 }
 
 ExprPtr Parser::parse_expression(bool with_condexpr) {
@@ -83,7 +102,7 @@ ExprPtr Parser::parse_tuple(bool simplified, bool with_condexpr, const std::vect
   }
   auto e = std::make_unique<Expr>(Expr::Kind::Tuple, line);
   e->args = std::move(args);
-  return e;
+  return bounded(std::move(e));
 }
 
 ExprPtr Parser::parse_condexpr() {
@@ -97,7 +116,7 @@ ExprPtr Parser::parse_condexpr() {
     e->args.push_back(std::move(expr2));
     e->args.push_back(std::move(expr1));
     e->args.push_back(std::move(expr3));
-    expr1 = std::move(e);
+    expr1 = bounded(std::move(e));
     line = cur().line;
   }
   return expr1;
@@ -140,7 +159,7 @@ ExprPtr Parser::parse_not() {
     auto e = std::make_unique<Expr>(Expr::Kind::Unary, line);
     e->name = "not";
     e->args.push_back(parse_not());
-    return e;
+    return bounded(std::move(e));
   }
   return parse_compare();
 }
@@ -170,7 +189,7 @@ ExprPtr Parser::parse_compare() {
     cmp->ops.push_back(op);
     cmp->args.push_back(parse_math1());
   }
-  return cmp ? std::move(cmp) : std::move(expr);
+  return cmp ? bounded(std::move(cmp)) : std::move(expr);
 }
 
 ExprPtr Parser::parse_math1() {
@@ -220,7 +239,7 @@ ExprPtr Parser::parse_unary(bool with_filter) {
     auto e = std::make_unique<Expr>(Expr::Kind::Unary, line);
     e->name = next().text;
     e->args.push_back(parse_unary(false));
-    node = std::move(e);
+    node = bounded(std::move(e));
   } else {
     node = parse_primary();
   }
@@ -281,7 +300,7 @@ ExprPtr Parser::parse_list() {
     e->args.push_back(parse_expression());
   }
   expect_op("]");
-  return e;
+  return bounded(std::move(e));
 }
 
 ExprPtr Parser::parse_dict() {
@@ -295,7 +314,7 @@ ExprPtr Parser::parse_dict() {
     e->args.push_back(parse_expression());
   }
   expect_op("}");
-  return e;
+  return bounded(std::move(e));
 }
 
 ExprPtr Parser::parse_postfix(ExprPtr node) {
@@ -323,7 +342,7 @@ ExprPtr Parser::parse_subscript(ExprPtr node) {
       auto e = std::make_unique<Expr>(Expr::Kind::Attr, t.line);
       e->name = attr.text;
       e->args.push_back(std::move(node));
-      return e;
+      return bounded(std::move(e));
     }
     if (attr.type != Tok::Int) error(attr, "expected name or number after '.'");
     auto e = std::make_unique<Expr>(Expr::Kind::Item, t.line);
@@ -331,19 +350,19 @@ ExprPtr Parser::parse_subscript(ExprPtr node) {
     idx->value = Value::integer(attr.ival);
     e->args.push_back(std::move(node));
     e->args.push_back(std::move(idx));
-    return e;
+    return bounded(std::move(e));
   }
   ExprPtr sub = parse_subscribed();
   if (is_op(",")) error(cur(), "subscripts with several indices (x[a, b]) are not supported");
   expect_op("]");
   if (sub->kind == Expr::Kind::Slice && sub->args.size() == 4 && !sub->args[0]) {
     sub->args[0] = std::move(node);
-    return sub;
+    return bounded(std::move(sub));
   }
   auto e = std::make_unique<Expr>(Expr::Kind::Item, t.line);
   e->args.push_back(std::move(node));
   e->args.push_back(std::move(sub));
-  return e;
+  return bounded(std::move(e));
 }
 
 // Returns an expression, or a Slice node whose args[0] (the subject) is still empty.
@@ -375,7 +394,7 @@ ExprPtr Parser::parse_call(ExprPtr node) {
   auto e = std::make_unique<Expr>(Expr::Kind::Call, cur().line);
   e->args.push_back(std::move(node));
   parse_call_args(*e);
-  return e;
+  return bounded(std::move(e));
 }
 
 void Parser::parse_call_args(Expr& into) {
@@ -417,7 +436,7 @@ ExprPtr Parser::parse_filter(ExprPtr node, bool start_inline) {
     e->name = name;
     e->args.push_back(std::move(node));
     if (is_op("(")) parse_call_args(*e);
-    node = std::move(e);
+    node = bounded(std::move(e));
   }
   return node;
 }
@@ -445,7 +464,7 @@ ExprPtr Parser::parse_test(ExprPtr node) {
     if (is_name("is")) error(cur(), "you cannot chain multiple tests with 'is'");
     e->args.push_back(parse_postfix(parse_primary()));
   }
-  return e;
+  return bounded(std::move(e));
 }
 
 }  // namespace graft::text::jinja
