@@ -50,6 +50,9 @@ def _gguf_value(t, v):
         return struct.pack("<B", v)
     if t == STRING:
         return _gguf_str(v)
+    if t == ARRAY:  # v = (element type, [values])
+        et, items = v
+        return struct.pack("<IQ", et, len(items)) + b"".join(_gguf_value(et, x) for x in items)
     raise ValueError(t)
 
 
@@ -196,7 +199,8 @@ def make_cases(out, src):
     config_case("vocab-huge", "vocab_size", lambda c: c.update(vocab_size=2**40))
     config_case("rope-factor-inf", "factor",
                 lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": 1e999}))
-    config_case("hidden-act-huge", "hidden_act", lambda c: c.update(hidden_act="x" * 200000))
+    config_case("hidden-act-huge", "hidden_act", lambda c: c.update(hidden_act="x" * 200000), UNSUPPORTED)
+    config_case("model-type-huge", "model_type", lambda c: c.update(model_type="y" * 1000000), UNSUPPORTED)
 
     d = model_dir(out, "cfg-deep", src)
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -218,6 +222,21 @@ def make_cases(out, src):
     with open(os.path.join(d, "tokenizer.json"), "w") as f:
         json.dump(tok, f)
     cases.append(Case("tokenizer-id-beyond-int32", gen(d), BAD_INPUT, "tokenizer.json"))
+
+    # NaN and infinity in base weights: refused when they reach the logits, whatever their path.
+    for name, value in (("nan", float("nan")), ("inf", float("inf"))):
+        d = model_dir(out, "weights-" + name, src)
+        with open(os.path.join(tiny, "model.safetensors"), "rb") as f:
+            blob = bytearray(f.read())
+        n = struct.unpack("<Q", blob[:8])[0]
+        header = json.loads(blob[8:8 + n])
+        entry = header["model.norm.weight"]
+        assert entry["dtype"] == "F32"
+        struct.pack_into("<f", blob, 8 + n + entry["data_offsets"][0], value)
+        os.remove(os.path.join(d, "model.safetensors"))
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.write(blob)
+        cases.append(Case("weights-" + name, gen(d), BAD_INPUT, "non-finite logit"))
 
     # Files that are not regular files never block the reader.
     d = model_dir(out, "fifo-weights", src)

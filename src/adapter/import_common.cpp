@@ -99,7 +99,7 @@ int64_t json_positive_int(const Json& v, const std::string& file, const std::str
 Tensor read_checked(const io::SafetensorsFile& f, const std::string& key) {
   Tensor t = f.tensor(key);
   if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-    fail("'", f.path(), "': tensor '", key, "' has dtype ", dtype_name(t.dtype),
+    fail_as(ErrorKind::kUnsupported, "'", f.path(), "': tensor '", key, "' has dtype ", dtype_name(t.dtype),
          "; expected F32, F16 or BF16 (quantized and integer adapter tensors are not read)");
   constexpr int64_t kChunk = 1 << 16;
   std::vector<float> buf(static_cast<size_t>(std::min<int64_t>(kChunk, std::max<int64_t>(t.numel(), 1))));
@@ -300,7 +300,7 @@ WeightAdapter read_weight_adapter(const std::string& path) {
   if (ends_with(lower, ".gguf")) return import_gguf(path);
   for (const char* ext : {".bin", ".pt", ".pth", ".ckpt", ".pkl"})
     if (ends_with(lower, ext))
-      fail("'", path, "': pickle checkpoints are not read; convert to safetensors");
+      fail_as(ErrorKind::kUnsupported, "'", path, "': pickle checkpoints are not read; convert to safetensors");
   if (lower == "adapter_config.json")
     fail("'", path, "': pass the adapter directory, not its config file; ", kWhatGraftReads);
   fail("'", path, "': unrecognized adapter file (expected a .safetensors or .gguf file or an adapter directory); ",

@@ -83,7 +83,7 @@ struct ModuleKeys {
 const Tensor& need_dims(const std::string& file, const std::string& key, const Tensor& t, size_t lo, size_t hi,
                         const char* expected) {
   if (t.shape.size() < lo || t.shape.size() > hi || t.numel() == 0)
-    fail("'", file, "': tensor '", key, "' has shape ", shape_str(t.shape),
+    fail_as(ErrorKind::kUnsupported, "'", file, "': tensor '", key, "' has shape ", shape_str(t.shape),
          t.shape.size() == 4 ? ": convolution factors are not supported" : "", "; expected ", expected);
   return t;
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <string>
 #include <new>
 #include <stdexcept>
 #include <system_error>
@@ -27,8 +28,15 @@ int exit_code(graft::ErrorKind kind) {
   return 6;
 }
 
-int report(graft::ErrorKind kind, const char* what) {
+int report(graft::ErrorKind kind, const char* what_full) {
   std::fflush(stdout);
+  // Messages quote values from the input; a hostile file could make one megabytes long. Keep the
+  // head, which names the file and field, and say how much was cut.
+  constexpr size_t kMaxMessage = 16 * 1024;
+  std::string bounded = what_full;
+  if (bounded.size() > kMaxMessage)
+    bounded = bounded.substr(0, kMaxMessage) + "... (" + std::to_string(bounded.size() - kMaxMessage) + " more bytes)";
+  const char* what = bounded.c_str();
   // A command stopped by SIGINT/SIGTERM has cleaned up; exit as the signal would have.
   if (const int sig = graft::interrupt_signal()) {
     std::fprintf(stderr, "error: %s\n", what);

@@ -34,7 +34,7 @@ DType parse_safetensors_dtype(const std::string& s, const std::string& context) 
     if (s == d.name) return d.dtype;
   std::string supported;
   for (const auto& d : kDTypes) supported += std::string(supported.empty() ? "" : ", ") + d.name;
-  fail(context, ": unknown or unsupported dtype '", s, "' (supported: ", supported, ")");
+  fail_as(ErrorKind::kUnsupported, context, ": unknown or unsupported dtype '", s, "' (supported: ", supported, ")");
 }
 
 const char* safetensors_dtype_name(DType t) {

@@ -83,7 +83,7 @@ void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
     if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
       fail("config '", path, "': llama3 rope scaling needs high_freq_factor > low_freq_factor");
   } else {
-    fail("config '", path, "': rope scaling type '", type,
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': rope scaling type '", type,
          "' is not supported (supported: default, linear, llama3); refusing to approximate it");
   }
 }
@@ -91,7 +91,7 @@ void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
 QuantSpec parse_quant_spec(const json& q, const std::string& what, const std::string& path) {
   if (!q.is_object()) fail("config '", path, "': ", what, " is not an object");
   if (q.contains("mode") && q["mode"] != "affine")
-    fail("config '", path, "': ", what, ".mode ", io::json_excerpt(q["mode"]),
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': ", what, ".mode ", io::json_excerpt(q["mode"]),
          " is not supported (supported: affine; mxfp4/nvfp4/mxfp8 are not)");
   QuantSpec s;
   if (!q.contains("bits") || !q["bits"].is_number_integer() || !q.contains("group_size") ||
@@ -100,9 +100,9 @@ QuantSpec parse_quant_spec(const json& q, const std::string& what, const std::st
   s.bits = q["bits"].get<int>();
   s.group_size = q["group_size"].get<int>();
   if (s.bits != 4 && s.bits != 8)
-    fail("config '", path, "': ", what, ".bits ", s.bits, " is not supported (supported: 4, 8)");
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': ", what, ".bits ", s.bits, " is not supported (supported: 4, 8)");
   if (s.group_size != 32 && s.group_size != 64 && s.group_size != 128)
-    fail("config '", path, "': ", what, ".group_size ", s.group_size, " is not supported (supported: 32, 64, 128)");
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': ", what, ".group_size ", s.group_size, " is not supported (supported: 32, 64, 128)");
   return s;
 }
 
@@ -114,7 +114,7 @@ std::optional<QuantizationConfig> parse_quantization(const json& j, const std::s
     if (!j.contains("quantization_config")) return std::nullopt;
     const json& qc = j["quantization_config"];
     if (qc.is_object() && qc.contains("quant_method"))
-      fail("config '", path, "': quantization_config.quant_method ", io::json_excerpt(qc["quant_method"]),
+      fail_as(ErrorKind::kUnsupported, "config '", path, "': quantization_config.quant_method ", io::json_excerpt(qc["quant_method"]),
            " is not supported (graft runs mlx-lm affine quantization only)");
     key = "quantization_config";
   }
@@ -175,20 +175,20 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
 
   // Fields that change the math: accept only the values graft implements.
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
-    fail("config '", path, "': hidden_act '", io::json_excerpt(j["hidden_act"]), "' is not supported (supported: silu)");
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': hidden_act '", io::json_excerpt(j["hidden_act"]), "' is not supported (supported: silu)");
   if (optional_bool(j, "mlp_bias", path).value_or(false))
-    fail("config '", path, "': mlp_bias: true is not supported");
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': mlp_bias: true is not supported");
   if (auto p = optional_number(j, "partial_rotary_factor", path); p && *p != 1.0)
-    fail("config '", path, "': partial_rotary_factor ", *p, " is not supported (only 1.0)");
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': partial_rotary_factor ", *p, " is not supported (only 1.0)");
   if (c.model_type == "mistral") {
     c.sliding_window = optional_int(j, "sliding_window", path);
   } else if (optional_bool(j, "use_sliding_window", path).value_or(false)) {
-    fail("config '", path, "': use_sliding_window: true is not supported for ", c.model_type);
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': use_sliding_window: true is not supported for ", c.model_type);
   }
   if (j.contains("layer_types") && j["layer_types"].is_array())
     for (const auto& t : j["layer_types"])
       if (t != "full_attention")
-        fail("config '", path, "': layer type ", io::json_excerpt(t), " is not supported (supported: full_attention)");
+        fail_as(ErrorKind::kUnsupported, "config '", path, "': layer type ", io::json_excerpt(t), " is not supported (supported: full_attention)");
 
   if (j.contains("eos_token_id")) c.eos_token_ids = int_or_list(j["eos_token_id"], "eos_token_id", path);
   if (j.contains("bos_token_id")) {

@@ -26,13 +26,13 @@ std::string supported_list() {
 const FamilyTraits& family(const std::string& model_type) {
   for (const auto& f : families())
     if (model_type == f.model_type) return f;
-  fail("model_type '", model_type, "' is not supported (supported: ", supported_list(), ")");
+  fail_as(ErrorKind::kUnsupported, "model_type '", model_type, "' is not supported (supported: ", supported_list(), ")");
 }
 
 const FamilyTraits& family_for_gguf_arch(const std::string& arch) {
   for (const auto& f : families())
     if (arch == f.gguf_arch) return f;
-  fail("GGUF architecture '", arch, "' is not supported (supported: llama, qwen2, qwen3)");
+  fail_as(ErrorKind::kUnsupported, "GGUF architecture '", arch, "' is not supported (supported: llama, qwen2, qwen3)");
 }
 
 const std::vector<LayerTensorSpec>& layer_tensor_specs() {

@@ -94,7 +94,7 @@ ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
     c.rope_scaling.type = RopeScalingType::Linear;
     c.rope_scaling.factor = g.optional_float(a + ".rope.scaling.factor").value_or(1.0);
   } else if (scaling != "none") {
-    fail("GGUF '", g.path(), "': ", a, ".rope.scaling.type '", scaling,
+    fail_as(ErrorKind::kUnsupported, "GGUF '", g.path(), "': ", a, ".rope.scaling.type '", scaling,
          "' is not supported (supported: none, linear; llama3 scaling comes as rope_freqs.weight)");
   }
   if (const auto* rf = g.find("rope_freqs.weight")) {

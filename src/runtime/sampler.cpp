@@ -29,7 +29,14 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   const SamplingParams& p = params_;
   candidates_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
+  for (size_t i = 0; i < logits.size(); ++i) {
+    // NaN/Inf weights (or an overflow) surface here, whatever their path: refuse rather than print
+    // garbage chosen from a meaningless distribution.
+    if (!std::isfinite(logits[i]))
+      fail("the model produced a non-finite logit (", logits[i], " for token ", i,
+           "): its weights or an adapter hold NaN/Inf values, or the activations overflowed");
+    candidates_[i] = {logits[i], static_cast<int32_t>(i)};
+  }
 
   if (p.repeat_penalty != 1.0f && p.repeat_last_n > 0) {
     const size_t n = std::min<size_t>(history.size(), static_cast<size_t>(p.repeat_last_n));

@@ -36,7 +36,7 @@ struct Ctx {
     return it->get<std::string>();
   }
   [[noreturn]] void unsupported(const std::string& what, const std::string& type) const {
-    fail("tokenizer file '", path, "': unsupported ", what, " type '", type, "'");
+    fail_as(ErrorKind::kUnsupported, "tokenizer file '", path, "': unsupported ", what, " type '", type, "'");
   }
   std::string str(const json& j, const char* key, const std::string& field,
                   const std::string& def = "", bool required = false) const {

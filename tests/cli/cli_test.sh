@@ -178,7 +178,7 @@ expect_error quantize-existing "not empty" 2 quantize -m "$TINY" -o "$TMP/q4"
 [ -e "$TMP/q3" ] && fail "a refused quantize created its output directory"
 
 if [ -f "$MODEL" ]; then
-  expect_error prompt-too-long "does not fit the context size 16" -- generate -m "$MODEL" --ctx-size 16 \
+  expect_error prompt-too-long "does not fit the context size 16" 4 generate -m "$MODEL" --ctx-size 16 \
     -p "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen"
   "$GRAFT" generate -m "$MODEL" -p "The capital of France is" --temp 0 -n 8 -t 2 >"$TMP/out" 2>"$TMP/err" \
     || fail "generate on the demo model: $(cat "$TMP/err")"
