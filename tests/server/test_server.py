@@ -388,17 +388,18 @@ def test_lora_fuse_mode(server):
         assert s.stop() == 0, s.output()
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["--lora-scaled", PEFT + ":abc"], "not a finite number"),
-    (["--lora-scaled", PEFT + ":nan"], "not a finite number"),
-    (["--lora-scaled", PEFT + ":inf"], "not a finite number"),
-    (["--lora", "/no/such/adapter"], "/no/such/adapter"),
-    (["--lora-fuse", "--lora-init-without-apply", "--lora", PEFT], "exclude each other"),
+# Exit codes by error kind (README "Exit codes"): 1 a bad input file, 2 a bad argument.
+@pytest.mark.parametrize("args,fragment,code", [
+    (["--lora-scaled", PEFT + ":abc"], "not a finite number", 2),
+    (["--lora-scaled", PEFT + ":nan"], "not a finite number", 2),
+    (["--lora-scaled", PEFT + ":inf"], "not a finite number", 2),
+    (["--lora", "/no/such/adapter"], "/no/such/adapter", 1),
+    (["--lora-fuse", "--lora-init-without-apply", "--lora", PEFT], "exclude each other", 2),
 ])
-def test_startup_errors_exit_1_before_binding(args, fragment):
+def test_startup_errors_exit_before_binding(args, fragment, code):
     from conftest import BIN, free_port
     port = free_port()
     out = subprocess.run([BIN, "serve", "-m", MODEL, "--port", str(port), *args], capture_output=True, text=True,
                          timeout=120)
-    assert out.returncode == 1, out.stderr
+    assert out.returncode == code, out.stderr
     assert fragment in out.stderr and "listening" not in out.stderr, out.stderr
