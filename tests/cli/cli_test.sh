@@ -160,8 +160,8 @@ expect_error gguf-model-as-adapter "general.type is missing" -- generate -m "$TI
 "$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --lora "$TMP/conv.gguf" >"$TMP/conv_text" 2>"$TMP/err" \
   || fail "generate --lora converted: $(cat "$TMP/err")"
 cmp -s "$TMP/conv_text" "$TMP/peft_text" || fail "graft-converted GGUF adapter text differs from the PEFT adapter's"
-expect_error convert-existing "refusing to overwrite" -- convert --base "$TINY" --adapter "$ELORA" --out "$TMP/conv.gguf"
-expect_error convert-lokr "low-rank pairs only" -- convert --base "$TINY" --adapter "$SRC/tests/fixtures/adapters/peft_lokr" \
+expect_error convert-existing "refusing to overwrite" 2 convert --base "$TINY" --adapter "$ELORA" --out "$TMP/conv.gguf"
+expect_error convert-lokr "low-rank pairs only" 3 convert --base "$TINY" --adapter "$SRC/tests/fixtures/adapters/peft_lokr" \
   --out "$TMP/never.gguf"
 [ -e "$TMP/never.gguf" ] && fail "a refused convert wrote its output"
 
