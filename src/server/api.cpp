@@ -313,23 +313,15 @@ json completion_stream_chunk(const JobEvent& e, const text::Tokenizer& tok) {
   return r;
 }
 
-json completion_stream_final(const Completed& c, const CompletionRequest& req, const std::string& model_name) {
-  const JobEvent& f = c.final;
-  return json{{"index", 0},
-              {"content", ""},
-              {"tokens", json::array()},
-              {"id_slot", f.slot},
-              {"stop", true},
-              {"model", model_name},
-              {"tokens_predicted", f.predicted},
-              {"tokens_evaluated", f.prompt_tokens},
-              {"generation_settings", generation_settings(req)},
-              {"has_new_line", c.text.find('\n') != std::string::npos},
-              {"truncated", false},
-              {"stop_type", stop_type(f.reason)},
-              {"stopping_word", f.stopping_word},
-              {"tokens_cached", f.tokens_cached},
-              {"timings", timings_json(f)}};
+json completion_stream_final(const Completed& c, const CompletionRequest& req, const text::Tokenizer& tok,
+                             const std::string& model_name) {
+  // The whole response's fields, less what the stream already carried (text, tokens, prompt).
+  json r = completion_response(c, req, tok, model_name);
+  r["content"] = "";
+  r["tokens"] = json::array();
+  r.erase("prompt");
+  r.erase("completion_probabilities");
+  return r;
 }
 
 namespace {

@@ -58,7 +58,8 @@ json timings_json(const JobEvent& final);
 json completion_response(const Completed& c, const CompletionRequest& req, const text::Tokenizer& tok,
                          const std::string& model_name);
 json completion_stream_chunk(const JobEvent& e, const text::Tokenizer& tok);
-json completion_stream_final(const Completed& c, const CompletionRequest& req, const std::string& model_name);
+json completion_stream_final(const Completed& c, const CompletionRequest& req, const text::Tokenizer& tok,
+                             const std::string& model_name);
 const char* finish_reason(engine::StopReason r);
 json oai_response(const Completed& c, Route route, const std::string& id, int64_t created, const std::string& model);
 json oai_chunk(Route route, const std::string& id, int64_t created, const std::string& model, const std::string* text,

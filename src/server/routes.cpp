@@ -187,7 +187,7 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
         }
         if (last) {
           if (ss->route == Route::Completion) {
-            if (!write(sse(completion_stream_final(ss->done, ss->req, model)))) return false;
+            if (!write(sse(completion_stream_final(ss->done, ss->req, *tok, model)))) return false;
           } else {
             if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, finish_reason(e.reason), false))))
               return false;
@@ -213,14 +213,11 @@ int64_t parameter_count(const model::ModelConfig& c) {
 }
 
 void add_routes(httplib::Server& svr, State& st) {
-  svr.Get("/health", [&st](const httplib::Request&, httplib::Response& res) {
-    if (!st.ready) return send_error(res, api_error(503, "unavailable_error", "Loading model"));
-    send_json(res, 200, json{{"status", "ok"}});
-  });
-  svr.Get("/v1/health", [&st](const httplib::Request&, httplib::Response& res) {
-    if (!st.ready) return send_error(res, api_error(503, "unavailable_error", "Loading model"));
-    send_json(res, 200, json{{"status", "ok"}});
-  });
+  for (const char* path : {"/health", "/v1/health"})
+    svr.Get(path, [&st](const httplib::Request&, httplib::Response& res) {
+      if (!st.ready) return send_error(res, api_error(503, "unavailable_error", "Loading model"));
+      send_json(res, 200, json{{"status", "ok"}});
+    });
   for (const char* path : {"/completion", "/completions"})
     svr.Post(path, [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::Completion, q, r); });
   svr.Post("/v1/completions",
