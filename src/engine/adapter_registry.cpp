@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "graft/core/error.h"
 
@@ -84,9 +85,10 @@ std::vector<float> AdapterRegistry::checked(const std::vector<ScaleEntry>& entri
               infos_.empty() ? std::string(" (no adapters are loaded)")
                              : " (loaded ids: 0.." + std::to_string(infos_.size() - 1) + ")");
     if (seen[static_cast<size_t>(e.id)]) fail_as(ErrorKind::kBadRequest, "lora: adapter id ", e.id, " is listed twice");
-    const float s = static_cast<float>(e.scale);
-    if (!std::isfinite(e.scale) || !std::isfinite(s))
+    // Range first: converting a double beyond float's range is undefined behaviour.
+    if (!std::isfinite(e.scale) || std::fabs(e.scale) > std::numeric_limits<float>::max())
       fail_as(ErrorKind::kBadRequest, "lora: scale of adapter id ", e.id, " is not a finite number");
+    const float s = static_cast<float>(e.scale);
     seen[static_cast<size_t>(e.id)] = true;
     out[static_cast<size_t>(e.id)] = s;
   }

@@ -1,6 +1,7 @@
 #include "server/api.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "graft/core/error.h"
@@ -19,13 +20,15 @@ const json* find(const json& b, const char* field) {
   return &*it;
 }
 
-double number(const json& b, const char* field, double dflt) {
+// Sampling fields are floats: a value beyond float's range is refused here (the conversion of such
+// a double to float would be undefined behaviour).
+float number(const json& b, const char* field, double dflt) {
   const json* v = find(b, field);
-  if (!v) return dflt;
+  if (!v) return static_cast<float>(dflt);
   if (!v->is_number()) bad_field(field, "a number");
   const double d = v->get<double>();
-  if (!std::isfinite(d)) bad_field(field, "a finite number");
-  return d;
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max()) bad_field(field, "a finite number");
+  return static_cast<float>(d);
 }
 
 int64_t integer(const json& b, const char* field, int64_t dflt, int64_t lo, int64_t hi) {
@@ -165,11 +168,11 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
   if (const json* m = find(b, "model"); m && m->is_string()) r.model = m->get<std::string>();
   auto& p = r.params;
   auto& s = p.sampling;
-  s.temperature = static_cast<float>(number(b, "temperature", 0.8));
+  s.temperature = number(b, "temperature", 0.8);
   s.top_k = static_cast<int32_t>(integer(b, "top_k", 40, INT32_MIN, INT32_MAX));
-  s.top_p = static_cast<float>(number(b, "top_p", 0.95));
-  s.min_p = static_cast<float>(number(b, "min_p", 0.05));
-  s.repeat_penalty = static_cast<float>(number(b, "repeat_penalty", 1.0));
+  s.top_p = number(b, "top_p", 0.95);
+  s.min_p = number(b, "min_p", 0.05);
+  s.repeat_penalty = number(b, "repeat_penalty", 1.0);
   s.repeat_last_n = static_cast<int32_t>(integer(b, "repeat_last_n", 64, -1, INT32_MAX));
   if (s.repeat_last_n < 0) s.repeat_last_n = INT32_MAX;  // llama-server: -1 = the whole context
   const int64_t seed = integer(b, "seed", -1, INT64_MIN, INT64_MAX);
