@@ -32,6 +32,8 @@ def prepare(work):
         cfg = m.config.to_dict()
         cfg.pop("quantization_config", None)
         cfg["torch_dtype"] = "bfloat16"
+        # A GGUF-loaded config has no architectures; llama.cpp's convert_hf_to_gguf.py needs it.
+        cfg["architectures"] = cfg.get("architectures") or [type(m).__name__]
         # transformers 5 writes rope_parameters only; mlx-lm's llama reads rope_theta.
         cfg.setdefault("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
         json.dump(cfg, open(os.path.join(base, "config.json"), "w"), indent=2)

@@ -135,6 +135,7 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
   a.q.resize(static_cast<size_t>(m * k));
   a.d4.resize(static_cast<size_t>(m * k / 4));
   a.s16.resize(static_cast<size_t>(m * k / 16));
+  a.x4.resize(static_cast<size_t>(m * k / 4));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c0 = 0; c0 < k; c0 += 32) {
       const float* xb = x + i * k + c0;
@@ -145,6 +146,7 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
       int8_t* q = &a.q[i * k + c0];
       for (int t = 0; t < 32; ++t) q[t] = static_cast<int8_t>(std::clamp(std::nearbyint(xb[t] * id), -127.0f, 127.0f));
       std::fill_n(&a.d4[(i * k + c0) / 4], 8, d);
+      for (int l = 0; l < 8; ++l) a.x4[(i * k + c0) / 4 + l] = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
       for (int g = 0; g < 2; ++g) {
         int32_t s = 0;
         for (int t = 0; t < 16; ++t) s += q[g * 16 + t];
@@ -153,8 +155,21 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
     }
 }
 
+Q8FusedRows q8_fused(Q8Kernel k, DType t) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("GRAFT_Q8_FUSED");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  if (!enabled) return nullptr;
+  switch (k) {
+    case Q8Kernel::Avx2: case Q8Kernel::AvxVnni: return q8_fused_avx2(t);
+    case Q8Kernel::Avx512Vnni: return q8_fused_avx512vnni(t);
+    default: return nullptr;
+  }
+}
+
 void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k, const Tensor& w,
-                   float* y, bool accumulate, const ColumnEpilogue* epilogue) {
+                   float* y, bool accumulate, const ColumnEpilogue* epilogue, bool allow_fused) {
   const QuantFormat* fmt = quant_format(w.dtype);
   if (!fmt) fail_as(ErrorKind::kInternal, "matmul_blocks: ", dtype_name(w.dtype), " is not a GGUF block format");
   const int64_t n = w.shape[0];
@@ -164,6 +179,7 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
   Q8Activations act;
   quantize_activations(x, m, k, act);
   const Q8Dot dot = q8_dot(kernel);
+  const Q8FusedRows fused = allow_fused ? q8_fused(kernel, w.dtype) : nullptr;
   const int64_t row_bytes = dtype_bytes(w.dtype, k);
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
@@ -176,7 +192,19 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
           const uint8_t* row = base + j * row_bytes;
           // Decode streams each weight byte once: ask for the bytes 4 KiB ahead (rows are
           // contiguous), as the dense kernels do; prefetches past the end never fault.
-          for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + 4096 + o, 0, 3);
+          if (!fused) for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + 4096 + o, 0, 3);
+          if (fused) {
+            for (int64_t i = 0; i < m; i += 4) {
+              const int rows = static_cast<int>(std::min<int64_t>(4, m - i));
+              float v[4];
+              fused(row, k, act, i, rows, v);
+              for (int r = 0; r < rows; ++r) {
+                float& out = y[(i + r) * n + j];
+                out = accumulate ? out + v[r] : v[r];
+              }
+            }
+            continue;
+          }
           fmt->unpack(row, k, q.data(), a4.data(), b16.data());
           for (int64_t i = 0; i < m; ++i) {
             float v = dot(q.data(), a4.data(), &act.q[i * k], &act.d4[i * k / 4], k, !fmt->has_min);

@@ -33,6 +33,7 @@ struct Q8Activations {
   std::vector<int8_t> q;     // [m, k]
   std::vector<float> d4;     // [m, k / 4]: the block scale d_x, once per four columns
   std::vector<float> s16;    // [m, k / 16]: d_x · Σ q_x over each 16 columns (the min term's input)
+  std::vector<int32_t> x4;   // [m, k / 4]: Σ q_x of each lane's four columns (removes a code offset)
 };
 void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& out);
 
@@ -50,9 +51,19 @@ float q8_dot_avx512vnni(const int8_t*, const float*, const int8_t*, const float*
 // Σ_g b16[g]·s16[g] in the fixed 8-lane order (shared by every kernel).
 float q8_min_term(const float* b16, const float* s16, int64_t groups);
 
+// Fused kernels (unpack in registers, up to four activation rows per pass over a weight row):
+// out[r] = the unpack path's value for activation row i0 + r, bit for bit, r < rows (1..4).
+using Q8FusedRows = void (*)(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, int rows,
+                             float* out);
+// The fused kernel for a format under a kernel choice, or nullptr (then the unpack path runs).
+// GRAFT_Q8_FUSED=0 turns them off (comparisons).
+Q8FusedRows q8_fused(Q8Kernel k, DType t);
+Q8FusedRows q8_fused_avx2(DType t);        // 8 lanes: AVX2 and AVX-VNNI
+Q8FusedRows q8_fused_avx512vnni(DType t);  // 16 lanes
+
 // matmul() for a GGUF block weight [n, k], with an explicit kernel (tests); matmul() passes
-// best_q8_kernel().
+// best_q8_kernel(). allow_fused = false forces the unpack path (tests compare the two).
 void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k, const Tensor& w,
-                   float* y, bool accumulate, const ColumnEpilogue* epilogue);
+                   float* y, bool accumulate, const ColumnEpilogue* epilogue, bool allow_fused = true);
 
 }  // namespace graft::runtime::detail

@@ -2,7 +2,9 @@
 // format (random codes, finite random f16 scales and mins) on awkward shapes: one row, one column,
 // k an odd multiple of the block (a masked tail in the 16-lane kernel), n not a multiple of any tile.
 // Tolerances, and why:
-//   - each SIMD kernel against its scalar model (8 lanes: AVX2, AVX-VNNI; 16 lanes: AVX512-VNNI):
+//   - each SIMD kernel against its scalar model (through matmul_blocks, so the fused per-format
+//     kernels of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and the unpack path of the rest), and the
+//     unpack path with fusion off against the same model (8 lanes: AVX2, AVX-VNNI; 16 lanes: AVX512-VNNI):
 //     exact (the integer products are exact and the F32 lanes are summed in the same order);
 //     the 16-lane model also runs on CPUs without AVX-512, so its lane logic is tested everywhere;
 //   - against F32 math on the dequantized weights (double accumulation): the bound of activation
@@ -65,14 +67,16 @@ std::vector<float> random_x(int64_t m, int64_t k, uint32_t seed) {
 
 struct Shape3 { int64_t m, n, k; };
 std::vector<Shape3> shapes_for(DType t) {
-  if (dtype_block_elems(t) == 256) return {{1, 1, 256}, {1, 7, 768}, {3, 5, 512}, {2, 9, 1280}};
-  return {{1, 1, 32}, {1, 7, 96}, {3, 5, 64}, {2, 17, 544}, {1, 3, 576}};
+  // m = 5 and 9: the fused kernels' groups of four activation rows plus a remainder.
+  if (dtype_block_elems(t) == 256) return {{1, 1, 256}, {1, 7, 768}, {3, 5, 512}, {2, 9, 1280}, {5, 3, 256}};
+  return {{1, 1, 32}, {1, 7, 96}, {3, 5, 64}, {2, 17, 544}, {1, 3, 576}, {5, 3, 96}, {9, 2, 160}};
 }
 
-std::vector<float> run(Q8Kernel kern, const float* x, int64_t m, int64_t k, const Tensor& w, int threads = 1) {
+std::vector<float> run(Q8Kernel kern, const float* x, int64_t m, int64_t k, const Tensor& w, int threads = 1,
+                       bool fused = true) {
   ThreadPool pool(threads);
   std::vector<float> y(static_cast<size_t>(m * w.shape[0]), -1.0f);
-  matmul_blocks(pool, kern, x, m, k, w, y.data(), false, nullptr);
+  matmul_blocks(pool, kern, x, m, k, w, y.data(), false, nullptr, fused);
   return y;
 }
 
@@ -106,14 +110,23 @@ TEST(MatmulQ8, KernelsEqualTheirScalarModelBitForBit) {
       for (Q8Kernel kern : {Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni}) {
         if (!q8_kernel_supported(kern)) continue;
         ++ran;
-        const auto got = run(kern, x.data(), s.m, s.k, w);
         const auto& ref = kern == Q8Kernel::Avx512Vnni ? ref16 : ref8;
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_EQ(got[i], ref[i]) << q8_kernel_name(kern) << " " << dtype_name(t) << " m=" << s.m << " n=" << s.n
-                                    << " k=" << s.k << " element " << i;
+        for (bool fused : {true, false}) {
+          const auto got = run(kern, x.data(), s.m, s.k, w, 1, fused);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got[i], ref[i]) << q8_kernel_name(kern) << (fused ? " fused " : " unpack ") << dtype_name(t)
+                                      << " m=" << s.m << " n=" << s.n << " k=" << s.k << " element " << i;
+        }
       }
     }
   EXPECT_GT(ran, 0) << "no SIMD kernel is supported on this CPU (AVX2 is the build's baseline)";
+}
+
+TEST(MatmulQ8, FusedKernelsExistForTheCommonFormats) {
+  for (Q8Kernel kern : {Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni})
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+      EXPECT_NE(q8_fused(kern, t), nullptr) << q8_kernel_name(kern) << " " << dtype_name(t);
+  EXPECT_EQ(q8_fused(Q8Kernel::Scalar, DType::Q4_0), nullptr);  // the scalar models stay the unpack path
 }
 
 TEST(MatmulQ8, WithinActivationRoundingOfF32MathOnDequantizedWeights) {

@@ -1,0 +1,257 @@
+// Fused AVX512-VNNI kernels for the common GGUF block formats: each 64-column chunk of a weight row
+// is unpacked in registers (no per-row buffer) and dotted with up to four activation rows while it
+// is there. The arithmetic is the 16-lane model's (q8_dot_scalar16 + q8_min_term) step for step, so
+// the result equals the unpack path bit for bit:
+//   - a lane's int32 is Σ of four q_w·q_x. Codes are taken unsigned (u = q_w + off) for vpdpbusd and
+//     the offset removed exactly in integers with the activation's per-lane sums (off·Σ q_x);
+//   - the lane's F32 scale is a4·d4 with a4 computed as the unpacker computes it (d·sc in F32);
+//   - the min term (Q4_1, Q5_1, Q4_K) goes through q8_min_term's eight lanes in its order.
+// A row whose k is an odd multiple of 32 ends with a half chunk (masked loads read nothing past the
+// row; the masked lanes add exact zeros, as the unpack path's masked step does).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "graft/core/gguf_blocks.h"
+#include "runtime/matmul_q8.h"
+
+namespace graft::runtime::detail {
+
+#define GRAFT_F512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
+#define GRAFT_F512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+namespace {
+
+// One chunk of 64 columns as the kernel sees it: codes u (q_w = u − off), lane scales a (16 lanes of
+// four columns), and the min term's four per-16 values b (formats with a min).
+struct Chunk512 {
+  __m512i u;
+  __m512 a;
+  __m128 b;
+};
+
+GRAFT_F512 float f16v(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+GRAFT_F512 __m512 halves(float lo, float hi) {  // lanes 0..7 = lo, 8..15 = hi
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(lo)), _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
+}
+GRAFT_F512 __m128 pairs(float lo, float hi) { return _mm_setr_ps(lo, lo, hi, hi); }
+// 16 bytes of nibbles from each of two blocks → [p0 low, p0 high, p1 low, p1 high] (64 codes).
+GRAFT_F512 __m512i nibbles2x16(const uint8_t* p0, const uint8_t* p1) {
+  const __m512i v = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0)))),
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p1))), 1);
+  const __m512i sh = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
+                                      0x0004000400040004, 0, 0);
+  return _mm512_and_si512(_mm512_srlv_epi16(v, sh), _mm512_set1_epi8(0x0f));
+}
+// 32 bytes of nibbles → [low nibbles, high nibbles] (Q4_K's two sub-blocks of a 64-column chunk).
+GRAFT_F512 __m512i nibbles32(const uint8_t* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+  return _mm512_and_si512(w, _mm512_set1_epi8(0x0f));
+}
+
+// The 32-column block formats: a chunk is blocks 2c and 2c + 1 (only 2c when half).
+template <int kBytes, int kOff, bool kMin>
+struct Legacy512 {
+  static constexpr int kOffset = kOff;
+  static constexpr bool kHasMin = kMin;
+};
+
+struct Q4_0F : Legacy512<18, 8, false> {
+  GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool half, Chunk512& ch) {
+    const uint8_t* p0 = row + c * 2 * 18;
+    const uint8_t* p1 = half ? p0 : p0 + 18;
+    ch.u = nibbles2x16(p0 + 2, p1 + 2);
+    ch.a = halves(f16v(p0), half ? 0.0f : f16v(p1));
+  }
+};
+struct Q4_1F : Legacy512<20, 0, true> {
+  GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool half, Chunk512& ch) {
+    const uint8_t* p0 = row + c * 2 * 20;
+    const uint8_t* p1 = half ? p0 : p0 + 20;
+    ch.u = nibbles2x16(p0 + 4, p1 + 4);
+    ch.a = halves(f16v(p0), half ? 0.0f : f16v(p1));
+    ch.b = pairs(f16v(p0 + 2), half ? 0.0f : f16v(p1 + 2));
+  }
+};
+struct Q8_0F : Legacy512<34, 128, false> {
+  GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool half, Chunk512& ch) {
+    const uint8_t* p0 = row + c * 2 * 34;
+    const uint8_t* p1 = half ? p0 : p0 + 34;
+    const __m512i v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + 2))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + 2)), 1);
+    ch.u = _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+    ch.a = halves(f16v(p0), half ? 0.0f : f16v(p1));
+  }
+};
+// Q5_0 / Q5_1: the fifth bits of two blocks are bits 0..63 of one mask (bit i = column i).
+template <int kBytes, int kOff, bool kMin>
+struct Q5F : Legacy512<kBytes, kOff, kMin> {
+  GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool half, Chunk512& ch) {
+    constexpr int qh_at = kMin ? 4 : 2, qs_at = qh_at + 4;
+    const uint8_t* p0 = row + c * 2 * kBytes;
+    const uint8_t* p1 = half ? p0 : p0 + kBytes;
+    uint32_t h0, h1;
+    std::memcpy(&h0, p0 + qh_at, 4);
+    std::memcpy(&h1, p1 + qh_at, 4);
+    const __mmask64 bits = static_cast<__mmask64>(h0) | static_cast<__mmask64>(h1) << 32;
+    ch.u = _mm512_or_si512(nibbles2x16(p0 + qs_at, p1 + qs_at), _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(0x10)));
+    ch.a = halves(f16v(p0), half ? 0.0f : f16v(p1));
+    if constexpr (kMin) ch.b = pairs(f16v(p0 + 2), half ? 0.0f : f16v(p1 + 2));
+  }
+};
+using Q5_0F = Q5F<22, 16, false>;
+using Q5_1F = Q5F<24, 0, true>;
+
+// Q4_K: super-blocks of 256 = four chunks; chunk q holds sub-blocks 2q (low nibbles) and 2q + 1.
+struct Q4_KF {
+  static constexpr int kOffset = 0;
+  static constexpr bool kHasMin = true;
+  GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool, Chunk512& ch) {
+    const uint8_t* sb = row + (c / 4) * 144;
+    const int q = static_cast<int>(c % 4);
+    const float d = f16v(sb), dmin = f16v(sb + 2);
+    uint8_t sc0, m0, sc1, m1;
+    q4k_scale_min(sb + 4, 2 * q, &sc0, &m0);
+    q4k_scale_min(sb + 4, 2 * q + 1, &sc1, &m1);
+    ch.u = nibbles32(sb + 16 + 32 * q);
+    ch.a = halves(d * static_cast<float>(sc0), d * static_cast<float>(sc1));
+    ch.b = pairs(-(dmin * static_cast<float>(m0)), -(dmin * static_cast<float>(m1)));
+  }
+};
+
+// Q6_K: chunk q of a super-block: half h = q / 2 of 128 columns; q even takes the low nibbles of
+// ql[64h .. 64h + 63] with qh bits 0,1 / 2,3, q odd the high nibbles with bits 4,5 / 6,7.
+struct Q6_KF {
+  static constexpr int kOffset = 32;
+  static constexpr bool kHasMin = false;
+  GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool, Chunk512& ch) {
+    const uint8_t* sb = row + (c / 4) * 210;
+    const int q = static_cast<int>(c % 4), h = q / 2;
+    const __m512i ql = _mm512_loadu_si512(sb + 64 * h);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 128 + 32 * h));
+    const __m512i low = _mm512_and_si512(q % 2 ? _mm512_srli_epi16(ql, 4) : ql, _mm512_set1_epi8(0x0f));
+    const int s0 = q % 2 ? 4 : 0;
+    const __m512i hb = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(qh, s0)),
+                                          _mm256_srli_epi16(qh, s0 + 2), 1);
+    const __m512i high = _mm512_slli_epi16(_mm512_and_si512(hb, _mm512_set1_epi8(0x03)), 4);
+    ch.u = _mm512_or_si512(low, high);
+    const auto* scales = reinterpret_cast<const int8_t*>(sb + 192) + 4 * q;
+    const __m128 sc4 = _mm_cvtepi32_ps(_mm_setr_epi32(scales[0], scales[1], scales[2], scales[3]));
+    const __m512 sc = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                            _mm512_castps128_ps512(sc4));
+    ch.a = _mm512_mul_ps(_mm512_set1_ps(f16v(sb + 208)), sc);
+  }
+};
+
+GRAFT_F512 float hsum16(__m512 v) {  // halves, then the 8-lane tree (as q8_dot_avx512vnni)
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+GRAFT_F512 float hsum8(__m256 v) {  // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), as q8_min_term
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <class F, int R>
+GRAFT_F512_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, float* out) {
+  constexpr int kShift = F::kOffset == 8 ? 3 : F::kOffset == 16 ? 4 : F::kOffset == 32 ? 5 : 7;
+  const int8_t* xq[R];
+  const float* xd[R];
+  const int32_t* xs[R];
+  const float* s16[R];
+  __m512 acc[R];
+  __m256 macc[R];
+  for (int r = 0; r < R; ++r) {
+    xq[r] = act.q.data() + (i0 + r) * k;
+    xd[r] = act.d4.data() + (i0 + r) * k / 4;
+    xs[r] = act.x4.data() + (i0 + r) * k / 4;
+    s16[r] = act.s16.data() + (i0 + r) * k / 16;
+    acc[r] = _mm512_setzero_ps();
+    macc[r] = _mm256_setzero_ps();
+  }
+  __m128 b_even = _mm_setzero_ps();  // the min term's values of the even chunk of the current 8 groups
+  const int64_t chunks = (k + 63) / 64;
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t c = 0; c < chunks; ++c) {
+    const bool half = (c + 1) * 64 > k;
+    Chunk512 ch;
+    F::chunk(row, c, half, ch);
+    for (int r = 0; r < R; ++r) {
+      __m512i x, s4 = zero;
+      __m512 d4;
+      if (!half) {
+        x = _mm512_loadu_si512(xq[r] + c * 64);
+        d4 = _mm512_loadu_ps(xd[r] + c * 16);
+        if constexpr (F::kOffset != 0) s4 = _mm512_loadu_si512(xs[r] + c * 16);
+      } else {
+        x = _mm512_maskz_loadu_epi8(0xffffffffull, xq[r] + c * 64);
+        d4 = _mm512_maskz_loadu_ps(0x00ff, xd[r] + c * 16);
+        if constexpr (F::kOffset != 0) s4 = _mm512_maskz_loadu_epi32(0x00ff, xs[r] + c * 16);
+      }
+      __m512i s = _mm512_dpbusd_epi32(zero, ch.u, x);
+      if constexpr (F::kOffset != 0) s = _mm512_sub_epi32(s, _mm512_slli_epi32(s4, kShift));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ch.a, d4), acc[r]);
+    }
+    if constexpr (F::kHasMin) {
+      // Groups 4c .. 4c + 3 are lanes (4c) mod 8 of q8_min_term's step: even chunks lanes 0..3.
+      if (c % 2 == 0) b_even = ch.b;
+      if (c % 2 == 1 || c + 1 == chunks) {
+        const int64_t g0 = (c - c % 2) * 4, groups = k / 16 - g0;  // groups of this 8-lane step
+        const __mmask8 mask = groups >= 8 ? 0xff : static_cast<__mmask8>((1u << groups) - 1);
+        const __m256 b = _mm256_maskz_mov_ps(mask, _mm256_set_m128(c % 2 ? ch.b : _mm_setzero_ps(), b_even));
+        for (int r = 0; r < R; ++r)
+          macc[r] = _mm256_fmadd_ps(b, _mm256_maskz_loadu_ps(mask, s16[r] + g0), macc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float v = hsum16(acc[r]);
+    if constexpr (F::kHasMin) v += hsum8(macc[r]);
+    out[r] = v;
+  }
+}
+
+template <class F>
+void fused_dispatch(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, int rows, float* out) {
+  switch (rows) {
+    case 1: fused_rows<F, 1>(row, k, act, i0, out); break;
+    case 2: fused_rows<F, 2>(row, k, act, i0, out); break;
+    case 3: fused_rows<F, 3>(row, k, act, i0, out); break;
+    default: fused_rows<F, 4>(row, k, act, i0, out); break;
+  }
+}
+
+}  // namespace
+
+Q8FusedRows q8_fused_avx512vnni(DType t) {
+  switch (t) {
+    case DType::Q4_0: return fused_dispatch<Q4_0F>;
+    case DType::Q4_1: return fused_dispatch<Q4_1F>;
+    case DType::Q8_0: return fused_dispatch<Q8_0F>;
+    case DType::Q5_0: return fused_dispatch<Q5_0F>;
+    case DType::Q5_1: return fused_dispatch<Q5_1F>;
+    case DType::Q4_K: return fused_dispatch<Q4_KF>;
+    case DType::Q6_K: return fused_dispatch<Q6_KF>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace graft::runtime::detail

@@ -1,0 +1,208 @@
+// Fused AVX2 kernels for the common GGUF block formats (also taken on AVX-VNNI CPUs: same 8-lane
+// model, same result): each 32-column chunk of a weight row is unpacked in registers and dotted with
+// up to four activation rows. Step for step the 8-lane model of q8_dot_scalar8 + q8_min_term, so the
+// result equals the unpack path bit for bit: vpmaddubsw on |w| and sign(x, w) for signed codes
+// (pairs ≤ 2·128·127, no saturation), on the codes directly for the formats with a min (codes < 32).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "graft/core/gguf_blocks.h"
+#include "runtime/matmul_q8.h"
+
+namespace graft::runtime::detail {
+
+#define GRAFT_F256 __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+#define GRAFT_F256_FN __attribute__((target("avx2,fma,f16c")))
+
+namespace {
+
+// One 32-column chunk: codes w (the true q_w), lane scales a (8 lanes of four columns), and the min
+// term's two per-16 values b (formats with a min).
+struct Chunk256 {
+  __m256i w;
+  __m256 a;
+  __m128 b;  // lanes 0, 1 (2, 3 zero)
+};
+
+GRAFT_F256 float f16v(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+GRAFT_F256 __m256i nibbles16(const uint8_t* qs) {  // element i: low nibble of byte i, 16 + i: high
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+GRAFT_F256 __m256i bits_to_0x10(const uint8_t* p) {  // byte i = 0x10 where bit i of the word at p is set
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+struct Q4_0F {
+  static constexpr bool kHasMin = false;
+  GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
+    const uint8_t* p = row + c * 18;
+    ch.w = _mm256_sub_epi8(nibbles16(p + 2), _mm256_set1_epi8(8));
+    ch.a = _mm256_set1_ps(f16v(p));
+  }
+};
+struct Q4_1F {
+  static constexpr bool kHasMin = true;
+  GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
+    const uint8_t* p = row + c * 20;
+    ch.w = nibbles16(p + 4);
+    ch.a = _mm256_set1_ps(f16v(p));
+    ch.b = _mm_setr_ps(f16v(p + 2), f16v(p + 2), 0.0f, 0.0f);
+  }
+};
+struct Q8_0F {
+  static constexpr bool kHasMin = false;
+  GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
+    const uint8_t* p = row + c * 34;
+    ch.w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    ch.a = _mm256_set1_ps(f16v(p));
+  }
+};
+struct Q5_0F {
+  static constexpr bool kHasMin = false;
+  GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
+    const uint8_t* p = row + c * 22;
+    ch.w = _mm256_sub_epi8(_mm256_or_si256(nibbles16(p + 6), bits_to_0x10(p + 2)), _mm256_set1_epi8(16));
+    ch.a = _mm256_set1_ps(f16v(p));
+  }
+};
+struct Q5_1F {
+  static constexpr bool kHasMin = true;
+  GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
+    const uint8_t* p = row + c * 24;
+    ch.w = _mm256_or_si256(nibbles16(p + 8), bits_to_0x10(p + 4));
+    ch.a = _mm256_set1_ps(f16v(p));
+    ch.b = _mm_setr_ps(f16v(p + 2), f16v(p + 2), 0.0f, 0.0f);
+  }
+};
+// Q4_K: chunk c is sub-block j = c mod 8 of super-block c / 8.
+struct Q4_KF {
+  static constexpr bool kHasMin = true;
+  GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
+    const uint8_t* sb = row + (c / 8) * 144;
+    const int j = static_cast<int>(c % 8);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16 + 32 * (j / 2)));
+    ch.w = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+    uint8_t sc, m;
+    q4k_scale_min(sb + 4, j, &sc, &m);
+    ch.a = _mm256_set1_ps(f16v(sb) * static_cast<float>(sc));
+    const float mb = -(f16v(sb + 2) * static_cast<float>(m));
+    ch.b = _mm_setr_ps(mb, mb, 0.0f, 0.0f);
+  }
+};
+// Q6_K: chunk c is columns 32·(c mod 8) .. of super-block c / 8: within half h = j / 4 of 128
+// columns, quarter t = j mod 4 takes ql[64h + 32·(t mod 2) ..] (low nibbles for t < 2) and qh bits 2t.
+struct Q6_KF {
+  static constexpr bool kHasMin = false;
+  GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
+    const uint8_t* sb = row + (c / 8) * 210;
+    const int j = static_cast<int>(c % 8), h = j / 4, t = j % 4;
+    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 64 * h + 32 * (t % 2)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 128 + 32 * h));
+    const __m256i low = _mm256_and_si256(t < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0f));
+    const __m256i high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t)), _mm256_set1_epi8(0x03));
+    ch.w = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+    const auto* scales = reinterpret_cast<const int8_t*>(sb + 192) + 2 * j;
+    const float d = f16v(sb + 208);
+    const float a0 = d * static_cast<float>(scales[0]), a1 = d * static_cast<float>(scales[1]);
+    ch.a = _mm256_setr_ps(a0, a0, a0, a0, a1, a1, a1, a1);
+  }
+};
+
+GRAFT_F256 float hsum8(__m256 v) {  // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <class F, int R>
+GRAFT_F256_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, float* out) {
+  const int8_t* xq[R];
+  const float* xd[R];
+  const float* s16[R];
+  __m256 acc[R], macc[R];
+  for (int r = 0; r < R; ++r) {
+    xq[r] = act.q.data() + (i0 + r) * k;
+    xd[r] = act.d4.data() + (i0 + r) * k / 4;
+    s16[r] = act.s16.data() + (i0 + r) * k / 16;
+    acc[r] = macc[r] = _mm256_setzero_ps();
+  }
+  __m128 b_lo = _mm_setzero_ps(), b_hi = _mm_setzero_ps(), pend = _mm_setzero_ps();
+  const int64_t chunks = k / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t c = 0; c < chunks; ++c) {
+    Chunk256 ch;
+    F::chunk(row, c, ch);
+    const __m256i wu = F::kHasMin ? ch.w : _mm256_sign_epi8(ch.w, ch.w);
+    for (int r = 0; r < R; ++r) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + c * 32));
+      const __m256i p = _mm256_maddubs_epi16(wu, F::kHasMin ? x : _mm256_sign_epi8(x, ch.w));
+      const __m256i s = _mm256_madd_epi16(p, ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ch.a, _mm256_loadu_ps(xd[r] + c * 8)), acc[r]);
+    }
+    if constexpr (F::kHasMin) {
+      // Groups 2c, 2c + 1 are lanes (2c) mod 8 of q8_min_term's step; lanes not filled stay zero.
+      const int q = static_cast<int>(c % 4);
+      if (q == 0) b_lo = ch.b, b_hi = _mm_setzero_ps();
+      if (q == 1) b_lo = _mm_movelh_ps(pend, ch.b);
+      if (q == 2) b_hi = ch.b;
+      if (q == 3) b_hi = _mm_movelh_ps(pend, ch.b);
+      pend = ch.b;
+      if (q == 3 || c + 1 == chunks) {
+        const int64_t g0 = (c - q) * 2, groups = k / 16 - g0;
+        const __m256 b = _mm256_set_m128(b_hi, b_lo);
+        if (groups >= 8) {
+          for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_loadu_ps(s16[r] + g0), macc[r]);
+        } else {
+          const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(groups)),
+                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+          for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_maskload_ps(s16[r] + g0, mask), macc[r]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float v = hsum8(acc[r]);
+    if constexpr (F::kHasMin) v += hsum8(macc[r]);
+    out[r] = v;
+  }
+}
+
+template <class F>
+void fused_dispatch(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, int rows, float* out) {
+  switch (rows) {
+    case 1: fused_rows<F, 1>(row, k, act, i0, out); break;
+    case 2: fused_rows<F, 2>(row, k, act, i0, out); break;
+    case 3: fused_rows<F, 3>(row, k, act, i0, out); break;
+    default: fused_rows<F, 4>(row, k, act, i0, out); break;
+  }
+}
+
+}  // namespace
+
+Q8FusedRows q8_fused_avx2(DType t) {
+  switch (t) {
+    case DType::Q4_0: return fused_dispatch<Q4_0F>;
+    case DType::Q4_1: return fused_dispatch<Q4_1F>;
+    case DType::Q8_0: return fused_dispatch<Q8_0F>;
+    case DType::Q5_0: return fused_dispatch<Q5_0F>;
+    case DType::Q5_1: return fused_dispatch<Q5_1F>;
+    case DType::Q4_K: return fused_dispatch<Q4_KF>;
+    case DType::Q6_K: return fused_dispatch<Q6_KF>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace graft::runtime::detail
