@@ -44,7 +44,11 @@ GRAFT_F256 __m256i bits_to_0x10(const uint8_t* p) {  // byte i = 0x10 where bit 
   return _mm256_and_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
 }
 
+// Bytes ahead each chunk prefetches (see matmul_q8_fused512.cpp).
+constexpr int kPrefetchAhead = 2048;
+
 struct Q4_0F {
+  static constexpr int kChunkBytes = 18;
   static constexpr bool kHasMin = false;
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 18;
@@ -53,6 +57,7 @@ struct Q4_0F {
   }
 };
 struct Q4_1F {
+  static constexpr int kChunkBytes = 20;
   static constexpr bool kHasMin = true;
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 20;
@@ -62,6 +67,7 @@ struct Q4_1F {
   }
 };
 struct Q8_0F {
+  static constexpr int kChunkBytes = 34;
   static constexpr bool kHasMin = false;
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 34;
@@ -70,6 +76,7 @@ struct Q8_0F {
   }
 };
 struct Q5_0F {
+  static constexpr int kChunkBytes = 22;
   static constexpr bool kHasMin = false;
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 22;
@@ -78,6 +85,7 @@ struct Q5_0F {
   }
 };
 struct Q5_1F {
+  static constexpr int kChunkBytes = 24;
   static constexpr bool kHasMin = true;
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 24;
@@ -88,6 +96,7 @@ struct Q5_1F {
 };
 // Q4_K: chunk c is sub-block j = c mod 8 of super-block c / 8.
 struct Q4_KF {
+  static constexpr int kChunkBytes = 18;
   static constexpr bool kHasMin = true;
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* sb = row + (c / 8) * 144;
@@ -104,6 +113,7 @@ struct Q4_KF {
 // Q6_K: chunk c is columns 32·(c mod 8) .. of super-block c / 8: within half h = j / 4 of 128
 // columns, quarter t = j mod 4 takes ql[64h + 32·(t mod 2) ..] (low nibbles for t < 2) and qh bits 2t.
 struct Q6_KF {
+  static constexpr int kChunkBytes = 26;
   static constexpr bool kHasMin = false;
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* sb = row + (c / 8) * 210;
@@ -144,6 +154,7 @@ GRAFT_F256_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t c = 0; c < chunks; ++c) {
     Chunk256 ch;
+    _mm_prefetch(reinterpret_cast<const char*>(row) + c * F::kChunkBytes + kPrefetchAhead, _MM_HINT_T0);
     F::chunk(row, c, ch);
     const __m256i wu = F::kHasMin ? ch.w : _mm256_sign_epi8(ch.w, ch.w);
     for (int r = 0; r < R; ++r) {
