@@ -135,7 +135,7 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
   a.q.resize(static_cast<size_t>(m * k));
   a.d4.resize(static_cast<size_t>(m * k / 4));
   a.s16.resize(static_cast<size_t>(m * k / 16));
-  a.x4.resize(static_cast<size_t>(m * k / 4));
+  a.x4neg.resize(static_cast<size_t>(m * k / 4));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c0 = 0; c0 < k; c0 += 32) {
       const float* xb = x + i * k + c0;
@@ -146,7 +146,7 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
       int8_t* q = &a.q[i * k + c0];
       for (int t = 0; t < 32; ++t) q[t] = static_cast<int8_t>(std::clamp(std::nearbyint(xb[t] * id), -127.0f, 127.0f));
       std::fill_n(&a.d4[(i * k + c0) / 4], 8, d);
-      for (int l = 0; l < 8; ++l) a.x4[(i * k + c0) / 4 + l] = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
+      for (int l = 0; l < 8; ++l) a.x4neg[(i * k + c0) / 4 + l] = -(q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
       for (int g = 0; g < 2; ++g) {
         int32_t s = 0;
         for (int t = 0; t < 16; ++t) s += q[g * 16 + t];

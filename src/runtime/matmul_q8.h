@@ -33,7 +33,7 @@ struct Q8Activations {
   std::vector<int8_t> q;     // [m, k]
   std::vector<float> d4;     // [m, k / 4]: the block scale d_x, once per four columns
   std::vector<float> s16;    // [m, k / 16]: d_x · Σ q_x over each 16 columns (the min term's input)
-  std::vector<int32_t> x4;   // [m, k / 4]: Σ q_x of each lane's four columns (removes a code offset)
+  std::vector<int32_t> x4neg;  // [m, k / 4]: −Σ q_x of each lane's four columns (removes a code offset)
 };
 void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& out);
 
