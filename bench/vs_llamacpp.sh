@@ -20,8 +20,10 @@
 #     machine load before and after, and which graft kernels ran.
 # Environment: PYTHON (a Python with torch, transformers, peft, gguf, numpy, sentencepiece;
 # default python3), WORK (default /tmp/graft-vs-llamacpp), GRAFT (default build/graft),
-# LLAMA_REPACK (0 turns llama.cpp's repacked/AMX weight buffers off for prompt processing: they have
-# crashed at batch > 1 in some VMs; default 1).
+# LLAMA_REPACK_PP (1 keeps llama.cpp's repacked/AMX weight buffers on where more than one token
+# goes through a quantized file at once: prompt processing, time to first token, the LoRA runs; in
+# this project's VMs its AMX path dies with SIGILL there, so the default is 0 = --repack 0 / -nr.
+# Single-token decode (tg128) always runs with llama.cpp's default, repacking on).
 set -euo pipefail
 ROUNDS=${1:-5}
 shift || true
@@ -31,7 +33,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 WORK=${WORK:-/tmp/graft-vs-llamacpp}
 GRAFT=${GRAFT:-$ROOT/build/graft}
-REPACK=${LLAMA_REPACK:-1}
+REPACK_PP=${LLAMA_REPACK_PP:-0}
 mkdir -p "$WORK"
 log() { echo "[vs_llamacpp] $*" >&2; }
 
@@ -78,10 +80,14 @@ FILES=(bf16 Q8_0 Q4_0 Q4_K_M)
 PROMPT512=$(printf 'The history of computing is long and varied, and every machine has its story. %.0s' {1..32})
 SHORT="Once upon a time"
 
+repack_flag() {  # file pp -> llama-bench's --repack value for that run
+  if [ "$1" != bf16 ] && [ "$2" -gt 0 ]; then echo "$REPACK_PP"; else echo 1; fi
+}
+nr_flag() { [ "$1" != bf16 ] && [ "$REPACK_PP" = 0 ] && echo -nr || true; }
 llama_bench() {  # file threads pp tg [env...] -> tokens/s
   local f=$1 t=$2 pp=$3 tg=$4
   shift 4
-  env "$@" "$LB/bin/llama-bench" -m "$M/$f.gguf" -t "$t" -p "$pp" -n "$tg" -r 1 --repack "$REPACK" -o json 2>/dev/null |
+  env "$@" "$LB/bin/llama-bench" -m "$M/$f.gguf" -t "$t" -p "$pp" -n "$tg" -r 1 --repack "$(repack_flag "$f" "$pp")" -o json 2>/dev/null |
     "$PYTHON" -c 'import json,sys; print(round(json.load(sys.stdin)[0]["avg_ts"], 2))'
 }
 graft_run() {  # file threads n_predict prompt [extra...] -> "prompt_tps gen_tps"
@@ -93,7 +99,7 @@ graft_run() {  # file threads n_predict prompt [extra...] -> "prompt_tps gen_tps
 llama_completion_tg() {  # file threads [extra...] -> decode tokens/s
   local f=$1 t=$2
   shift 2
-  "$LB/bin/llama-completion" -m "$M/$f.gguf" -p "$SHORT" -n 128 --ignore-eos -t "$t" --temp 0 -no-cnv "$@" 2>&1 </dev/null |
+  "$LB/bin/llama-completion" -m "$M/$f.gguf" -p "$SHORT" -n 128 --ignore-eos -t "$t" --temp 0 -no-cnv $(nr_flag "$f") "$@" 2>&1 </dev/null |
     grep -E 'eval time' | grep -v prompt | sed -E 's/.*, +([0-9.]+) tokens per second.*/\1/' | tail -1
 }
 wall() { local s; s=$(date +%s.%N); "$@" >/dev/null 2>&1 </dev/null || true; "$PYTHON" -c "print(round(($(date +%s.%N) - $s) * 1000, 1))"; }
@@ -114,7 +120,7 @@ for round in $(seq "$ROUNDS"); do
       rec pp512 "$f" "$t" graft "$gpp"
       read -r _ gtg <<<"$(graft_run "$f" "$t" 128 "$SHORT")"
       rec tg128 "$f" "$t" graft "$gtg"
-      rec ttft_ms "$f" "$t" llama "$(wall "$LB/bin/llama-completion" -m "$M/$f.gguf" -p "$SHORT" -n 1 -t "$t" -no-cnv)"
+      rec ttft_ms "$f" "$t" llama "$(wall "$LB/bin/llama-completion" -m "$M/$f.gguf" -p "$SHORT" -n 1 -t "$t" -no-cnv $(nr_flag "$f"))"
       rec ttft_ms "$f" "$t" graft "$(wall "$GRAFT" generate -m "$M/$f.gguf" -p "$SHORT" -n 1 -t "$t")"
     done
     for f in bf16 Q4_0; do
@@ -155,5 +161,6 @@ for f in ("bf16", "Q4_0"):
             b, l = rows.get(("tg128_base", f, t, e)), rows.get(("tg128_lora", f, t, e))
             if b and l:
                 print(f"LoRA cost {e} {f} t={t}: unfused rank-16 / base = {statistics.median(l) / statistics.median(b):.3f}")
-print("\nttft ratio column is llama.cpp time / graft time (> 1: graft first); every other ratio is graft / llama.cpp.")
+print("\nllama.cpp on quantized files with more than one token per step (pp512, ttft, the LoRA runs): repacking off (--repack 0 / -nr) unless LLAMA_REPACK_PP=1.")
+print("ttft ratio column is llama.cpp time / graft time (> 1: graft first); every other ratio is graft / llama.cpp.")
 EOF

@@ -155,6 +155,34 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
     }
 }
 
+int q8_fused_max_rows(Q8Kernel k) { return k == Q8Kernel::Avx512Vnni ? 8 : 4; }
+
+namespace {
+// The fused path for output columns [j0, j1): activation rows in tiles of about 8 KiB of codes
+// (with their scales and sums, about 24 KiB: they stay in L1 while every weight row of the range
+// passes over them, each weight row read from L2 once per tile), each weight chunk unpacked once
+// per max_rows activation rows.
+void fused_cols(Q8FusedRows fused, int max_rows, const uint8_t* base, int64_t row_bytes, int64_t k,
+                const Q8Activations& act, int64_t m, int64_t n, int64_t j0, int64_t j1, float* y, bool accumulate) {
+  const int64_t tile = std::max<int64_t>(max_rows, (8 * 1024 / k) / max_rows * max_rows);
+  float v[8];
+  for (int64_t i0 = 0; i0 < m; i0 += tile) {
+    const int64_t i1 = std::min(m, i0 + tile);
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint8_t* row = base + j * row_bytes;
+      for (int64_t i = i0; i < i1; i += max_rows) {
+        const int rows = static_cast<int>(std::min<int64_t>(max_rows, i1 - i));
+        fused(row, k, act, i, rows, v);
+        for (int r = 0; r < rows; ++r) {
+          float& out = y[(i + r) * n + j];
+          out = accumulate ? out + v[r] : v[r];
+        }
+      }
+    }
+  }
+}
+}  // namespace
+
 Q8FusedRows q8_fused(Q8Kernel k, DType t) {
   static const bool enabled = [] {
     const char* env = std::getenv("GRAFT_Q8_FUSED");
@@ -183,6 +211,17 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
   const int64_t row_bytes = dtype_bytes(w.dtype, k);
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
+  if (fused) {
+    const int max_rows = q8_fused_max_rows(kernel);
+    pool.parallel_for(
+        n,
+        [&](int64_t j0, int64_t j1) {
+          fused_cols(fused, max_rows, base, row_bytes, k, act, m, n, j0, j1, y, accumulate);
+          if (epilogue) (*epilogue)(j0, j1);
+        },
+        grain);
+    return;
+  }
   pool.parallel_for(
       n,
       [&](int64_t j0, int64_t j1) {
@@ -192,19 +231,7 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
           const uint8_t* row = base + j * row_bytes;
           // Decode streams each weight byte once: ask for the bytes 4 KiB ahead (rows are
           // contiguous), as the dense kernels do; prefetches past the end never fault.
-          if (!fused) for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + 4096 + o, 0, 3);
-          if (fused) {
-            for (int64_t i = 0; i < m; i += 4) {
-              const int rows = static_cast<int>(std::min<int64_t>(4, m - i));
-              float v[4];
-              fused(row, k, act, i, rows, v);
-              for (int r = 0; r < rows; ++r) {
-                float& out = y[(i + r) * n + j];
-                out = accumulate ? out + v[r] : v[r];
-              }
-            }
-            continue;
-          }
+          for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + 4096 + o, 0, 3);
           fmt->unpack(row, k, q.data(), a4.data(), b16.data());
           for (int64_t i = 0; i < m; ++i) {
             float v = dot(q.data(), a4.data(), &act.q[i * k], &act.d4[i * k / 4], k, !fmt->has_min);

@@ -51,13 +51,14 @@ float q8_dot_avx512vnni(const int8_t*, const float*, const int8_t*, const float*
 // Σ_g b16[g]·s16[g] in the fixed 8-lane order (shared by every kernel).
 float q8_min_term(const float* b16, const float* s16, int64_t groups);
 
-// Fused kernels (unpack in registers, up to four activation rows per pass over a weight row):
-// out[r] = the unpack path's value for activation row i0 + r, bit for bit, r < rows (1..4).
+// Fused kernels (unpack in registers, up to q8_fused_max_rows activation rows per pass over a
+// weight row): out[r] = the unpack path's value for activation row i0 + r, bit for bit, r < rows.
 using Q8FusedRows = void (*)(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, int rows,
                              float* out);
 // The fused kernel for a format under a kernel choice, or nullptr (then the unpack path runs).
 // GRAFT_Q8_FUSED=0 turns them off (comparisons).
 Q8FusedRows q8_fused(Q8Kernel k, DType t);
+int q8_fused_max_rows(Q8Kernel k);         // 8 with AVX-512 (32 vector registers), else 4
 Q8FusedRows q8_fused_avx2(DType t);        // 8 lanes: AVX2 and AVX-VNNI
 Q8FusedRows q8_fused_avx512vnni(DType t);  // 16 lanes
 

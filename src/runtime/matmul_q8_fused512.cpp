@@ -1,5 +1,5 @@
 // Fused AVX512-VNNI kernels for the common GGUF block formats: each 64-column chunk of a weight row
-// is unpacked in registers (no per-row buffer) and dotted with up to four activation rows while it
+// is unpacked in registers (no per-row buffer) and dotted with up to eight activation rows while it
 // is there. The arithmetic is the 16-lane model's (q8_dot_scalar16 + q8_min_term) step for step, so
 // the result equals the unpack path bit for bit:
 //   - a lane's int32 is Σ of four q_w·q_x. Codes are taken unsigned (u = q_w + off) for vpdpbusd and
@@ -267,7 +267,11 @@ void fused_dispatch(const uint8_t* row, int64_t k, const Q8Activations& act, int
     case 1: fused_rows<F, 1>(row, k, act, i0, out); break;
     case 2: fused_rows<F, 2>(row, k, act, i0, out); break;
     case 3: fused_rows<F, 3>(row, k, act, i0, out); break;
-    default: fused_rows<F, 4>(row, k, act, i0, out); break;
+    case 4: fused_rows<F, 4>(row, k, act, i0, out); break;
+    case 5: fused_rows<F, 5>(row, k, act, i0, out); break;
+    case 6: fused_rows<F, 6>(row, k, act, i0, out); break;
+    case 7: fused_rows<F, 7>(row, k, act, i0, out); break;
+    default: fused_rows<F, 8>(row, k, act, i0, out); break;
   }
 }
 

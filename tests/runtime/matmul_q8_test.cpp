@@ -67,9 +67,10 @@ std::vector<float> random_x(int64_t m, int64_t k, uint32_t seed) {
 
 struct Shape3 { int64_t m, n, k; };
 std::vector<Shape3> shapes_for(DType t) {
-  // m = 5 and 9: the fused kernels' groups of four activation rows plus a remainder.
-  if (dtype_block_elems(t) == 256) return {{1, 1, 256}, {1, 7, 768}, {3, 5, 512}, {2, 9, 1280}, {5, 3, 256}};
-  return {{1, 1, 32}, {1, 7, 96}, {3, 5, 64}, {2, 17, 544}, {1, 3, 576}, {5, 3, 96}, {9, 2, 160}};
+  // m = 5, 9, 13, 70: the fused kernels' groups of four or eight activation rows plus a remainder,
+  // and (70 rows of k = 608) more than one activation tile.
+  if (dtype_block_elems(t) == 256) return {{1, 1, 256}, {1, 7, 768}, {3, 5, 512}, {2, 9, 1280}, {5, 3, 256}, {13, 2, 512}};
+  return {{1, 1, 32}, {1, 7, 96}, {3, 5, 64}, {2, 17, 544}, {1, 3, 576}, {5, 3, 96}, {9, 2, 160}, {70, 3, 608}};
 }
 
 std::vector<float> run(Q8Kernel kern, const float* x, int64_t m, int64_t k, const Tensor& w, int threads = 1,
