@@ -89,13 +89,21 @@ def workload(url, streams, tokens, loras):
 
 
 def post_latency(url, n=200):
-    times = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        r = requests.post(url + "/lora-adapters", json=[{"id": 0, "scale": 0.5 + (i % 2) * 0.5}])
-        times.append(time.perf_counter() - t0)
-        assert r.status_code == 200
-    return statistics.median(times) * 1e3, min(times) * 1e3, max(times) * 1e3
+    """POST /lora-adapters round trips on one keep-alive connection, and the same for GET /health (the
+    HTTP floor: loopback, parsing, one response). Returns (median POST ms, median GET /health ms):
+    POST minus the floor is the time the server spends on the change itself."""
+    post, floor = [], []
+    with requests.Session() as s:
+        for i in range(n):
+            t0 = time.perf_counter()
+            r = s.post(url + "/lora-adapters", json=[{"id": 0, "scale": 0.5 + (i % 2) * 0.5}])
+            post.append(time.perf_counter() - t0)
+            assert r.status_code == 200
+            t0 = time.perf_counter()
+            r = s.get(url + "/health")
+            floor.append(time.perf_counter() - t0)
+            assert r.status_code == 200
+    return statistics.median(post) * 1e3, statistics.median(floor) * 1e3
 
 
 def summary(values):
@@ -113,6 +121,8 @@ def main():
     ap.add_argument("--llama-server")
     ap.add_argument("--peer-model")
     ap.add_argument("--peer-lora", help="the adapter converted by llama.cpp's convert_lora_to_gguf.py")
+    ap.add_argument("--peer-no-repack", action=argparse.BooleanOptionalAction, default=True,
+                    help="pass -nr to llama-server (default on: its AMX path crashes at batch > 1 in these VMs)")
     a = ap.parse_args()
 
     # Eight distinct adapters: copies of one (distinct registry entries, so eight separate sets of
@@ -129,7 +139,11 @@ def main():
                               str(a.threads), "--ctx-size", "8192", "--lora", ",".join(adapters)], port), 8)
     if a.llama_server:
         port = free_port()
+        # -nr: no repacked (AMX) weight buffers; llama.cpp's AMX path dies with SIGILL at batch > 1 in
+        # this project's VMs (docs/PERFORMANCE.md).
         cmd = [a.llama_server, "-m", a.peer_model, "--port", str(port), "-np", "8", "-t", str(a.threads), "-c", "8192"]
+        if a.peer_no_repack:
+            cmd.append("-nr")
         for _ in range(8):
             cmd += ["--lora", a.peer_lora]
         engines["llama-server"] = (Proc(cmd, port), 8)
@@ -150,8 +164,10 @@ def main():
                     tps, ttft = workload(url, streams, a.tokens, loras)
                     rows.setdefault((name, label), []).append(tps)
                     rows.setdefault((name, label + " TTFT ms"), []).append(ttft * 1e3)
-                med, _, _ = post_latency(url)
-                rows.setdefault((name, "POST /lora-adapters ms (client round trip)"), []).append(med)
+                post, floor = post_latency(url)
+                rows.setdefault((name, "POST /lora-adapters ms (client round trip)"), []).append(post)
+                rows.setdefault((name, "GET /health ms (the HTTP floor)"), []).append(floor)
+                rows.setdefault((name, "POST /lora-adapters ms at the server (minus floor)"), []).append(post - floor)
     finally:
         for proc, _ in engines.values():
             proc.stop()
@@ -166,7 +182,7 @@ def main():
           f"8 different / 8 shared adapters = {g('8 streams, 8 different adapters') / g('8 streams, one shared adapter'):.2f}")
     if "llama-server" in engines:
         for (name, label), v in rows.items():
-            if name == "graft" and ("llama-server", label) in rows and "ms" not in label:
+            if name == "graft" and ("llama-server", label) in rows and not label.endswith(" ms") and "ms (" not in label:
                 print(f"graft / llama-server, {label}: {statistics.median(v) / statistics.median(rows[('llama-server', label)]):.2f}")
 
 

@@ -22,7 +22,8 @@ class Case:
         self.name = name
         self.argv = argv  # graft's arguments
         self.codes = codes if isinstance(codes, tuple) else (codes,)  # accepted exit codes
-        self.fragment = fragment  # must appear in stderr
+        # must appear in stderr (a tuple: each of them)
+        self.fragment = fragment if isinstance(fragment, tuple) else (fragment,)
 
     def __repr__(self):
         return f"{self.name}: graft {' '.join(self.argv)[:120]} -> exit {self.codes}, '{self.fragment}'"
@@ -223,20 +224,23 @@ def make_cases(out, src):
         json.dump(tok, f)
     cases.append(Case("tokenizer-id-beyond-int32", gen(d), BAD_INPUT, "tokenizer.json"))
 
-    # NaN and infinity in base weights: refused when they reach the logits, whatever their path.
-    for name, value in (("nan", float("nan")), ("inf", float("inf"))):
+    # NaN and infinity in base weights (a norm vector, a projection matrix): refused at load, naming
+    # the tensor.
+    for name, value, tensor in (("nan", float("nan"), "model.norm.weight"),
+                                ("inf", float("inf"), "model.layers.0.self_attn.q_proj.weight"),
+                                ("neg-inf", float("-inf"), "model.layers.1.mlp.down_proj.weight")):
         d = model_dir(out, "weights-" + name, src)
         with open(os.path.join(tiny, "model.safetensors"), "rb") as f:
             blob = bytearray(f.read())
         n = struct.unpack("<Q", blob[:8])[0]
         header = json.loads(blob[8:8 + n])
-        entry = header["model.norm.weight"]
-        assert entry["dtype"] == "F32"
-        struct.pack_into("<f", blob, 8 + n + entry["data_offsets"][0], value)
+        entry = header[tensor]
+        assert entry["dtype"] == "F32", entry
+        struct.pack_into("<f", blob, 8 + n + entry["data_offsets"][0] + 4 * 5, value)
         os.remove(os.path.join(d, "model.safetensors"))
         with open(os.path.join(d, "model.safetensors"), "wb") as f:
             f.write(blob)
-        cases.append(Case("weights-" + name, gen(d), BAD_INPUT, "non-finite logit"))
+        cases.append(Case("weights-" + name, gen(d), BAD_INPUT, f"tensor '{tensor}' holds a non-finite value"))
 
     # Files that are not regular files never block the reader.
     d = model_dir(out, "fifo-weights", src)
@@ -254,7 +258,8 @@ def make_cases(out, src):
     # Chat templates: programs from strangers run with budgets.
     def template_case(name, template, code, fragment):
         d = model_dir(out, "tpl-" + name, src, files={"chat_template.jinja": template})
-        cases.append(Case("template-" + name, gen(d, "--chat"), code, fragment))
+        # Every template error names the file it came from, then what went wrong.
+        cases.append(Case("template-" + name, gen(d, "--chat"), code, ("chat_template.jinja", fragment)))
 
     template_case("200k-filters", "{{ 'a'" + "|trim" * 200000 + " }}", BAD_INPUT, "chained too deeply")
     template_case("100k-concat", "{{ 'a'" + " ~ 'a'" * 100000 + " }}", BAD_INPUT, "chained too deeply")

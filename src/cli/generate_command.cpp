@@ -54,7 +54,7 @@ int run_generate(const GenerateArgs& a) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
     messages.push_back({{"role", "user"}, {"content", user_text}});
-    prompt = text::ChatPrompt(tok, *m.chat_template).encode(messages);
+    prompt = text::ChatPrompt(tok, *m.chat_template, m.chat_template_origin).encode(messages);
   } else {
     prompt = tok.encode(user_text, /*parse_special=*/false);
   }

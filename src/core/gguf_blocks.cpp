@@ -143,6 +143,17 @@ void iq4_xs(const uint8_t* b, float* y) {
 
 }  // namespace
 
+std::vector<int> gguf_block_f16_fields(DType t) {
+  switch (t) {
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108};
+    case DType::Q6_K: return {208};
+    case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: case DType::IQ4_NL: case DType::IQ4_XS: return {0};
+    default: fail_as(ErrorKind::kInternal, "gguf_block_f16_fields: ", dtype_name(t), " is not a GGUF block format");
+  }
+}
+
 void dequantize_gguf_blocks(DType t, const void* src, float* dst, int64_t n) {
   void (*one)(const uint8_t*, float*) = nullptr;
   switch (t) {

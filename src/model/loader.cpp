@@ -94,15 +94,20 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   ModelSource src = open_model_source(path);
   std::optional<text::Tokenizer> tok;
   std::optional<std::string> chat_template;
+  std::string template_origin;
   if (src.gguf) {
     tok.emplace(text::Tokenizer::from_spec(text::tokenizer_spec_from_gguf(*src.gguf)));
     chat_template = text::chat_template_from_gguf(*src.gguf);
+    template_origin = "'" + path + "' (tokenizer.chat_template)";
   } else {
     const fs::path tj = fs::path(path) / "tokenizer.json";
     if (!fs::exists(tj)) fail("model directory '", path, "' has no tokenizer.json");
     const fs::path tc = fs::path(path) / "tokenizer_config.json";
     tok.emplace(text::Tokenizer::from_files(tj.string(), fs::exists(tc) ? tc.string() : ""));
     chat_template = hf_chat_template(path);
+    template_origin = fs::exists(fs::path(path) / "chat_template.jinja")
+                          ? "'" + (fs::path(path) / "chat_template.jinja").string() + "'"
+                          : "'" + tc.string() + "' (chat_template)";
   }
   if (tok->vocab_size() > src.config.vocab_size)
     fail("model '", path, "': tokenizer has ", tok->vocab_size(), " tokens but the embedding has only ",
@@ -135,7 +140,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   }
   ModelWeights w = load_weights(src.config, *weights_source, wo);
   return LoadedModel{path,     src.format, src.config,    src.source, quantized, plan, std::move(w), std::move(*tok),
-                     chat_template};
+                     chat_template, template_origin};
 }
 
 }  // namespace graft::model

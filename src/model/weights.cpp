@@ -7,6 +7,7 @@
 
 #include "graft/core/convert.h"
 #include "graft/core/error.h"
+#include "graft/core/finite.h"
 #include "graft/model/family.h"
 #include "graft/model/quantized_source.h"
 
@@ -61,11 +62,26 @@ Matrix read_matrix_stored(const io::TensorSource& s, const std::string& name, co
   return Matrix::of(t);
 }
 
+// Refuses a weight holding NaN or ±inf, naming the file, the tensor and the element (why:
+// graft/core/finite.h). Checked where each tensor is read, after any fused adapter is merged in.
+void require_finite(const io::TensorSource& s, const std::string& name, const Tensor& t, const char* part = "") {
+  const int64_t i = first_non_finite(t);
+  if (i >= 0)
+    fail_as(ErrorKind::kBadInput, s.describe(), ": tensor '", name, "'", part, " holds a non-finite value (NaN or ",
+            "infinity) at element ", i, "; a model weight must be a finite number");
+}
+void require_finite(const io::TensorSource& s, const std::string& name, const Matrix& m) {
+  if (!m.quantized()) return require_finite(s, name, m.dense);
+  require_finite(s, name, m.quant.scales, " (scales)");
+  require_finite(s, name, m.quant.biases, " (biases)");
+}
+
 // With copy_weights, every matrix still backed by the source's storage gets its own memory and the
 // source may drop its pages: anonymous memory streams faster at decode (huge pages, fewer TLB
 // misses) than a 4 KiB-page file mapping.
 Matrix read_matrix(const io::TensorSource& s, const std::string& name, const WeightLoadOptions& o) {
   Matrix m = read_matrix_stored(s, name, o);
+  require_finite(s, name, m);
   if (!o.copy_weights) return m;
   if (m.quantized()) {
     m.quant.packed = owned_copy(m.quant.packed);
@@ -78,7 +94,11 @@ Matrix read_matrix(const io::TensorSource& s, const std::string& name, const Wei
   return m;
 }
 
-Tensor read_vector_f32(const io::TensorSource& s, const std::string& name) { return to_f32(s.read(name)); }
+Tensor read_vector_f32(const io::TensorSource& s, const std::string& name) {
+  Tensor t = to_f32(s.read(name));
+  require_finite(s, name, t);
+  return t;
+}
 
 // Tensors some checkpoints carry that hold no weights the model needs (recomputed buffers).
 bool ignorable(const std::string& name) {

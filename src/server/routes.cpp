@@ -421,7 +421,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
     try {
       st.engine = std::make_unique<engine::Engine>(eo);
       const auto& m = st.engine->model();
-      if (m.chat_template) st.chat = std::make_unique<text::ChatPrompt>(st.engine->tokenizer(), *m.chat_template);
+      if (m.chat_template) st.chat = std::make_unique<text::ChatPrompt>(st.engine->tokenizer(), *m.chat_template, m.chat_template_origin);
       const int64_t total = o.ctx_size > 0 ? o.ctx_size : m.config.max_position_embeddings;
       st.slot_ctx = std::max<int64_t>(2, total / o.parallel);
       SchedulerOptions so;

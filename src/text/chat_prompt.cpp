@@ -2,8 +2,8 @@
 
 namespace graft::text {
 
-ChatPrompt::ChatPrompt(const Tokenizer& tokenizer, const std::string& template_source)
-    : tokenizer_(tokenizer), template_(template_source) {}
+ChatPrompt::ChatPrompt(const Tokenizer& tokenizer, const std::string& template_source, const std::string& origin)
+    : tokenizer_(tokenizer), template_(template_source, origin) {}
 
 std::string ChatPrompt::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                const nlohmann::ordered_json& extra_context) const {

@@ -15,14 +15,29 @@ constexpr size_t kMaxTemplateBytes = size_t{1} << 20;
 
 struct ChatTemplate::Impl {
   std::string source;
+  std::string origin;
   jinja::Body body;
 };
 
-ChatTemplate::ChatTemplate(const std::string& source) : impl_(std::make_unique<Impl>()) {
+namespace {
+// Runs f; a graft::Error from it is rethrown with the template's origin in front (same kind).
+template <class F>
+auto naming(const std::string& origin, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (origin == "chat template") throw;
+    throw Error(origin + ": " + e.what(), e.kind());
+  }
+}
+}  // namespace
+
+ChatTemplate::ChatTemplate(const std::string& source, const std::string& origin) : impl_(std::make_unique<Impl>()) {
   impl_->source = source;
+  impl_->origin = origin;
   if (source.size() > kMaxTemplateBytes)
-    fail_as(ErrorKind::kLimit, "chat template: ", source.size(), " bytes (limit ", kMaxTemplateBytes, ")");
-  impl_->body = jinja::Parser(jinja::lex(source)).parse_template();
+    fail_as(ErrorKind::kLimit, origin, ": a chat template of ", source.size(), " bytes (limit ", kMaxTemplateBytes, ")");
+  impl_->body = naming(origin, [&] { return jinja::Parser(jinja::lex(source)).parse_template(); });
 }
 
 ChatTemplate::~ChatTemplate() = default;
@@ -75,13 +90,13 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
     d.items.emplace_back(jinja::Value::string("content"), jinja::Value::string(m.content));
     list.push_back(jinja::Value::dict(std::move(d)));
   }
-  return render_with(impl_->body, jinja::Value::list(std::move(list)), options);
+  return naming(impl_->origin, [&] { return render_with(impl_->body, jinja::Value::list(std::move(list)), options); });
 }
 
 std::string ChatTemplate::render_json(const nlohmann::ordered_json& messages, const ChatTemplateOptions& options) const {
   if (!impl_) fail("chat template: used after move");
   if (!messages.is_array()) fail("chat template: messages must be a JSON array");
-  return render_with(impl_->body, jinja::Value::from_json(messages), options);
+  return naming(impl_->origin, [&] { return render_with(impl_->body, jinja::Value::from_json(messages), options); });
 }
 
 }  // namespace graft::text

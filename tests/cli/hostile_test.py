@@ -45,8 +45,9 @@ def run(case, tmp):
         problems.append(f"killed by signal {-proc.returncode}")
     elif proc.returncode not in case.codes:
         problems.append(f"exit code {proc.returncode}, expected {' or '.join(map(str, case.codes))}")
-    if case.fragment not in err:
-        problems.append(f"stderr lacks '{case.fragment}'")
+    for fragment in case.fragment:
+        if fragment not in err:
+            problems.append(f"stderr lacks '{fragment}'")
     if "\nerror: " not in "\n" + err and "--help" not in err:  # info lines (load summary) may come first
         problems.append("stderr has no 'error: ' line")
     if len(err) > 20000:  # the CLI cuts messages at 16 KiB

@@ -30,17 +30,6 @@ namespace {
 const DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
                           DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
 
-// Byte offsets of the f16 scale/min fields in one block.
-std::vector<int> f16_fields(DType t) {
-  switch (t) {
-    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
-    case DType::Q2_K: return {80, 82};
-    case DType::Q3_K: return {108};
-    case DType::Q6_K: return {208};
-    default: return {0};
-  }
-}
-
 Tensor random_blocks(DType t, int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -49,7 +38,7 @@ Tensor random_blocks(DType t, int64_t n, int64_t k, uint32_t seed) {
   std::vector<uint8_t> bytes(static_cast<size_t>(blocks * bb));
   for (auto& b : bytes) b = static_cast<uint8_t>(byte(rng));
   for (int64_t b = 0; b < blocks; ++b)
-    for (int off : f16_fields(t)) {
+    for (int off : gguf_block_f16_fields(t)) {
       const uint16_t h = f32_to_f16(nd(rng) * 0.01f);
       std::memcpy(&bytes[b * bb + off], &h, 2);
     }

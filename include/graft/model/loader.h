@@ -28,6 +28,7 @@ struct LoadedModel {
   ModelWeights weights;
   text::Tokenizer tokenizer;
   std::optional<std::string> chat_template;
+  std::string chat_template_origin;  // where it came from, for error messages ("'dir/chat_template.jinja'")
 };
 
 struct LoadOptions {

@@ -15,8 +15,10 @@ namespace graft::text {
 
 class ChatPrompt {
  public:
-  // Parses the template once; throws graft::Error on a syntax error.
-  ChatPrompt(const Tokenizer& tokenizer, const std::string& template_source);
+  // Parses the template once; throws graft::Error on a syntax error. origin names where the template
+  // came from in every error (parse and render).
+  ChatPrompt(const Tokenizer& tokenizer, const std::string& template_source,
+             const std::string& origin = "chat template");
 
   // messages: an array of {role, content, ...} objects.
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt = true,

@@ -34,7 +34,8 @@ class ChatTemplate {
  public:
   // Parses the template source; throws graft::Error with line/column on a syntax error (including
   // unknown tags, filters and tests, which jinja2 also rejects when compiling).
-  explicit ChatTemplate(const std::string& source);
+  // origin (a file name, or "chat template") prefixes every parse and render error.
+  explicit ChatTemplate(const std::string& source, const std::string& origin = "chat template");
   ~ChatTemplate();
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
