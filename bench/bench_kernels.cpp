@@ -7,6 +7,10 @@
 // exceed the last-level cache, so weights stream from DRAM as in a real token step (the model's
 // ~270 MB of BF16 weights never fit in cache). Compare their GB/s with BM_StreamRead.
 #include <benchmark/benchmark.h>
+
+#include <cstring>
+
+#include "graft/core/gguf_blocks.h"
 #include <immintrin.h>
 
 #include <cstdlib>
@@ -84,6 +88,18 @@ BENCHMARK(BM_StreamRead)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseReal
 // ---- matmul -----------------------------------------------------------------------------------
 
 Tensor random_weights(DType dt, int64_t n, int64_t k, uint32_t seed) {
+  if (graft::dtype_is_quantized(dt)) {  // GGUF blocks: random codes, small finite f16 scales
+    std::vector<uint8_t> bytes(static_cast<size_t>(graft::dtype_bytes(dt, n * k)));
+    uint32_t s = seed * 2654435761u + 1;
+    for (auto& b : bytes) b = static_cast<uint8_t>((s = s * 1664525u + 1013904223u) >> 24);
+    const int64_t bb = graft::dtype_block_bytes(dt);
+    for (int64_t b = 0; b < static_cast<int64_t>(bytes.size()) / bb; ++b)
+      for (int off : graft::gguf_block_f16_fields(dt)) {
+        const uint16_t h = graft::f32_to_f16(0.01f);
+        std::memcpy(&bytes[b * bb + off], &h, 2);
+      }
+    return Tensor::owned(dt, {n, k}, std::move(bytes));
+  }
   std::vector<float> f(static_cast<size_t>(n * k));
   uint32_t s = seed * 2654435761u + 1;
   for (float& v : f) {
@@ -152,6 +168,21 @@ int register_matmul() {
         benchmark::RegisterBenchmark(("BM_MatmulPrefill/" + d + "/" + std::to_string(m) + "/" + shape).c_str(),
                                      BM_MatmulPrefill, dt, m, s[0], s[1])
             ->ArgName("threads")->Arg(t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+    }
+  }
+  // GGUF block formats (the fused q8-activation kernels): decode, and 8 rows (a server step with
+  // eight sequences) and 128 rows (prefill).
+  for (DType dt : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
+    const std::string d(graft::dtype_name(dt));
+    for (const auto& s : {kShapes[2], kShapes[3]}) {
+      const std::string shape = std::to_string(s[0]) + "/" + std::to_string(s[1]);
+      benchmark::RegisterBenchmark(("BM_MatmulDecodeHot/" + d + "/" + shape).c_str(), BM_MatmulDecode, dt, s[0],
+                                   s[1], false)
+          ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+      for (int64_t m : {8, 128})
+        benchmark::RegisterBenchmark(("BM_MatmulPrefill/" + d + "/" + std::to_string(m) + "/" + shape).c_str(),
+                                     BM_MatmulPrefill, dt, m, s[0], s[1])
+            ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
     }
   }
   return 0;

@@ -155,6 +155,21 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
     }
 }
 
+void Q8Activations::set_code_offset(int off) {
+  x4corr.resize(x4neg.size());
+  for (size_t i = 0; i < x4neg.size(); ++i) x4corr[i] = off * x4neg[i];
+}
+
+int q8_code_offset(DType t) {
+  switch (t) {
+    case DType::Q4_0: return 8;
+    case DType::Q5_0: return 16;
+    case DType::Q6_K: return 32;
+    case DType::Q8_0: return 128;
+    default: return 0;
+  }
+}
+
 int q8_fused_max_rows(Q8Kernel k) { return k == Q8Kernel::Avx512Vnni ? 8 : 4; }
 
 namespace {
@@ -183,6 +198,12 @@ void fused_cols(Q8FusedRows fused, int max_rows, const uint8_t* base, int64_t ro
 }
 }  // namespace
 
+Q8FusedRows q8_fused_for_rows(Q8Kernel k, DType t, int64_t m) {
+  Q8FusedRows f = q8_fused(k, t);
+  if (f && k == Q8Kernel::Avx512Vnni && m <= 2) f = q8_fused_avx2_16lane(t);
+  return f;
+}
+
 Q8FusedRows q8_fused(Q8Kernel k, DType t) {
   static const bool enabled = [] {
     const char* env = std::getenv("GRAFT_Q8_FUSED");
@@ -207,12 +228,13 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
   Q8Activations act;
   quantize_activations(x, m, k, act);
   const Q8Dot dot = q8_dot(kernel);
-  const Q8FusedRows fused = allow_fused ? q8_fused(kernel, w.dtype) : nullptr;
+  const Q8FusedRows fused = allow_fused ? q8_fused_for_rows(kernel, w.dtype, m) : nullptr;
   const int64_t row_bytes = dtype_bytes(w.dtype, k);
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
   if (fused) {
     const int max_rows = q8_fused_max_rows(kernel);
+    if (kernel == Q8Kernel::Avx512Vnni && q8_code_offset(w.dtype) != 0) act.set_code_offset(q8_code_offset(w.dtype));
     pool.parallel_for(
         n,
         [&](int64_t j0, int64_t j1) {

@@ -34,7 +34,14 @@ struct Q8Activations {
   std::vector<float> d4;     // [m, k / 4]: the block scale d_x, once per four columns
   std::vector<float> s16;    // [m, k / 16]: d_x · Σ q_x over each 16 columns (the min term's input)
   std::vector<int32_t> x4neg;  // [m, k / 4]: −Σ q_x of each lane's four columns (removes a code offset)
+  // [m, k / 4]: −off·Σ q_x for the offset off of the weight format at hand (set_code_offset), the
+  // value the fused AVX-512 kernels start each lane's integer sum from.
+  std::vector<int32_t> x4corr;
+  void set_code_offset(int off);
 };
+// The offset of a format's codes as the AVX-512 fused kernels take them unsigned (q_w = u − off):
+// 8 (Q4_0), 16 (Q5_0), 32 (Q6_K), 128 (Q8_0), else 0.
+int q8_code_offset(DType t);
 void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& out);
 
 // Σ_lanes a4·d4·(Σ of four q_w·q_x) for one weight row and one activation row (k a multiple of 32).
@@ -59,8 +66,13 @@ using Q8FusedRows = void (*)(const uint8_t* row, int64_t k, const Q8Activations&
 // GRAFT_Q8_FUSED=0 turns them off (comparisons).
 Q8FusedRows q8_fused(Q8Kernel k, DType t);
 int q8_fused_max_rows(Q8Kernel k);         // 8 with AVX-512 (32 vector registers), else 4
-Q8FusedRows q8_fused_avx2(DType t);        // 8 lanes: AVX2 and AVX-VNNI
-Q8FusedRows q8_fused_avx512vnni(DType t);  // 16 lanes
+Q8FusedRows q8_fused_avx2(DType t);         // 8 lanes: AVX2 and AVX-VNNI
+Q8FusedRows q8_fused_avx2_16lane(DType t);  // AVX2 code, the 16-lane model (same bits as the next)
+Q8FusedRows q8_fused_avx512vnni(DType t);   // 16 lanes
+// The kernel for a call with this many activation rows: with AVX-512, one or two rows run the
+// 256-bit code of the same 16-lane model (it has less per-row overhead; the bits are the same, so a
+// row's result does not depend on how many rows share the call).
+Q8FusedRows q8_fused_for_rows(Q8Kernel k, DType t, int64_t m);
 
 // matmul() for a GGUF block weight [n, k], with an explicit kernel (tests); matmul() passes
 // best_q8_kernel(). allow_fused = false forces the unpack path (tests compare the two).

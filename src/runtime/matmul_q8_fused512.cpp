@@ -68,8 +68,8 @@ GRAFT_F512 __m512i nibbles32(const uint8_t* p) {
 constexpr int kPrefetchAhead = 2048;
 
 // The 32-column block formats. A group is eight blocks (256 columns, four chunks): their f16
-// scale (and min, the next field) come from one masked gather; blocks past the row's end read
-// nothing and get 0, so a half chunk's missing block adds exact zeros.
+// scales (and mins, the next field) are converted in one instruction; blocks past the row's end
+// read nothing and get 0, so a half chunk's missing block adds exact zeros.
 struct Group512 {
   __m512 d;  // lanes 0..7: d of blocks 8g .. 8g + 7
   __m512 m;  // lanes 0..7: the min of the same blocks (formats with a min)
@@ -81,11 +81,15 @@ struct Legacy512 {
   static constexpr bool kHasMin = kMin;
   GRAFT_F512 static void group(const uint8_t* row, int64_t g, int64_t k, Group512& st) {
     const int64_t b0 = g * 8, blocks = std::min<int64_t>(8, k / 32 - b0);
-    const __mmask8 mask = static_cast<__mmask8>((1u << blocks) - 1);
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(kBytes));
-    const __m256i v = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), mask, idx, row + b0 * kBytes, 1);
-    st.d = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(v)));
-    if constexpr (kMin) st.m = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(v, 16))));
+    // Eight 16-bit loads (a gather is slower on CPUs with the gather-data-sampling mitigation).
+    const uint8_t* p = row + b0 * kBytes;
+    alignas(16) uint16_t d[8] = {0, 0, 0, 0, 0, 0, 0, 0}, m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::memcpy(&d[b], p + b * kBytes, 2);
+      if constexpr (kMin) std::memcpy(&m[b], p + b * kBytes + 2, 2);
+    }
+    st.d = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d))));
+    if constexpr (kMin) st.m = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m))));
   }
   // Lanes 0..7 = block 2q, 8..15 = block 2q + 1 of the group; the min as (2q, 2q, 2q + 1, 2q + 1).
   GRAFT_F512 static void scales(const Group512& st, int q, Chunk512& ch) {
@@ -199,61 +203,67 @@ GRAFT_F512 float hsum8(__m256 v) {  // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), as
   return _mm_cvtss_f32(s);
 }
 
+// One chunk of 64 columns (a half chunk when Half) against R activation rows. The rows are at fixed
+// strides from one base per array (few live pointers: the accumulators stay in registers).
+template <class F, int R, bool Half>
+GRAFT_F512 void chunk_step(const uint8_t* row, int64_t c, int64_t k, const int8_t* xq, const float* xd,
+                           const int32_t* xs, const float* s16, Group512& st, __m128& b_even, __m512 (&acc)[R],
+                           __m256 (&macc)[R]) {
+  const int64_t qs = k, ds = k / 4, ss = k / 16;  // row strides of q, d4 / x4neg, s16
+  Chunk512 ch;
+  _mm_prefetch(reinterpret_cast<const char*>(row) + c * F::kChunkBytes + kPrefetchAhead, _MM_HINT_T0);
+  if (c % 4 == 0) F::group(row, c / 4, k, st);
+  F::chunk(row, c, Half, st, ch);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    __m512i x, s4 = _mm512_setzero_si512();
+    __m512 d4;
+    if constexpr (!Half) {
+      x = _mm512_loadu_si512(xq + r * qs + c * 64);
+      d4 = _mm512_loadu_ps(xd + r * ds + c * 16);
+      if constexpr (F::kOffset != 0) s4 = _mm512_loadu_si512(xs + r * ds + c * 16);
+    } else {
+      x = _mm512_maskz_loadu_epi8(0xffffffffull, xq + r * qs + c * 64);
+      d4 = _mm512_maskz_loadu_ps(0x00ff, xd + r * ds + c * 16);
+      if constexpr (F::kOffset != 0) s4 = _mm512_maskz_loadu_epi32(0x00ff, xs + r * ds + c * 16);
+    }
+    // Σ u·x − off·Σ x: the integer accumulator starts at −off·Σ x (x4corr; exact in int32).
+    const __m512i sum = _mm512_dpbusd_epi32(s4, ch.u, x);
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ch.a, d4), acc[r]);
+  }
+  if constexpr (F::kHasMin) {
+    // Groups 4c .. 4c + 3 are lanes (4c) mod 8 of q8_min_term's step: even chunks lanes 0..3.
+    const int64_t chunks = (k + 63) / 64;
+    if (c % 2 == 0) b_even = ch.b;
+    if (c % 2 == 1 || c + 1 == chunks) {
+      const int64_t g0 = (c - c % 2) * 4, groups = k / 16 - g0;  // groups of this 8-lane step
+      const __mmask8 mask = groups >= 8 ? 0xff : static_cast<__mmask8>((1u << groups) - 1);
+      const __m256 b = _mm256_maskz_mov_ps(mask, _mm256_set_m128(c % 2 ? ch.b : _mm_setzero_ps(), b_even));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_maskz_loadu_ps(mask, s16 + r * ss + g0), macc[r]);
+    }
+  }
+}
+
 template <class F, int R>
 GRAFT_F512_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, float* out) {
-  constexpr int kShift = F::kOffset == 8 ? 3 : F::kOffset == 16 ? 4 : F::kOffset == 32 ? 5 : 7;
-  const int8_t* xq[R];
-  const float* xd[R];
-  const int32_t* xs[R];
-  const float* s16[R];
+  const int8_t* xq = act.q.data() + i0 * k;
+  const float* xd = act.d4.data() + i0 * k / 4;
+  const int32_t* xs = F::kOffset != 0 ? act.x4corr.data() + i0 * k / 4 : nullptr;
+  const float* s16 = act.s16.data() + i0 * k / 16;
   __m512 acc[R];
   __m256 macc[R];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    xq[r] = act.q.data() + (i0 + r) * k;
-    xd[r] = act.d4.data() + (i0 + r) * k / 4;
-    xs[r] = act.x4neg.data() + (i0 + r) * k / 4;
-    s16[r] = act.s16.data() + (i0 + r) * k / 16;
     acc[r] = _mm512_setzero_ps();
     macc[r] = _mm256_setzero_ps();
   }
   __m128 b_even = _mm_setzero_ps();  // the min term's values of the even chunk of the current 8 groups
-  const int64_t chunks = (k + 63) / 64;
-  const __m512i zero = _mm512_setzero_si512();
   Group512 st;
-  for (int64_t c = 0; c < chunks; ++c) {
-    const bool half = (c + 1) * 64 > k;
-    Chunk512 ch;
-    _mm_prefetch(reinterpret_cast<const char*>(row) + c * F::kChunkBytes + kPrefetchAhead, _MM_HINT_T0);
-    if (c % 4 == 0) F::group(row, c / 4, k, st);
-    F::chunk(row, c, half, st, ch);
-    for (int r = 0; r < R; ++r) {
-      __m512i x, s4 = zero;
-      __m512 d4;
-      if (!half) {
-        x = _mm512_loadu_si512(xq[r] + c * 64);
-        d4 = _mm512_loadu_ps(xd[r] + c * 16);
-        if constexpr (F::kOffset != 0) s4 = _mm512_loadu_si512(xs[r] + c * 16);
-      } else {
-        x = _mm512_maskz_loadu_epi8(0xffffffffull, xq[r] + c * 64);
-        d4 = _mm512_maskz_loadu_ps(0x00ff, xd[r] + c * 16);
-        if constexpr (F::kOffset != 0) s4 = _mm512_maskz_loadu_epi32(0x00ff, xs[r] + c * 16);
-      }
-      // Σ u·x − off·Σ x: the integer accumulator starts at −off·Σ x (exact in int32).
-      const __m512i s = _mm512_dpbusd_epi32(F::kOffset != 0 ? _mm512_slli_epi32(s4, kShift) : zero, ch.u, x);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ch.a, d4), acc[r]);
-    }
-    if constexpr (F::kHasMin) {
-      // Groups 4c .. 4c + 3 are lanes (4c) mod 8 of q8_min_term's step: even chunks lanes 0..3.
-      if (c % 2 == 0) b_even = ch.b;
-      if (c % 2 == 1 || c + 1 == chunks) {
-        const int64_t g0 = (c - c % 2) * 4, groups = k / 16 - g0;  // groups of this 8-lane step
-        const __mmask8 mask = groups >= 8 ? 0xff : static_cast<__mmask8>((1u << groups) - 1);
-        const __m256 b = _mm256_maskz_mov_ps(mask, _mm256_set_m128(c % 2 ? ch.b : _mm_setzero_ps(), b_even));
-        for (int r = 0; r < R; ++r)
-          macc[r] = _mm256_fmadd_ps(b, _mm256_maskz_loadu_ps(mask, s16[r] + g0), macc[r]);
-      }
-    }
-  }
+  const int64_t full = k / 64;
+  for (int64_t c = 0; c < full; ++c) chunk_step<F, R, false>(row, c, k, xq, xd, xs, s16, st, b_even, acc, macc);
+  if (k % 64) chunk_step<F, R, true>(row, full, k, xq, xd, xs, s16, st, b_even, acc, macc);
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     float v = hsum16(acc[r]);
     if constexpr (F::kHasMin) v += hsum8(macc[r]);

@@ -137,17 +137,21 @@ GRAFT_F256 float hsum8(__m256 v) {  // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))
   return _mm_cvtss_f32(s);
 }
 
-template <class F, int R>
+// kLanes16: the 16-lane model of AVX512-VNNI (lanes 0..7 hold the even 32-column chunks, 8..15 the
+// odd ones: two 8-lane accumulators, added before the 8-lane tree exactly as hsum16 does), so a CPU
+// with AVX-512 can run a row on 256-bit vectors (faster for one or two activation rows) and get the
+// same bits as its 512-bit kernel.
+template <class F, int R, bool kLanes16>
 GRAFT_F256_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, float* out) {
   const int8_t* xq[R];
   const float* xd[R];
   const float* s16[R];
-  __m256 acc[R], macc[R];
+  __m256 acc[R], acc_odd[R], macc[R];
   for (int r = 0; r < R; ++r) {
     xq[r] = act.q.data() + (i0 + r) * k;
     xd[r] = act.d4.data() + (i0 + r) * k / 4;
     s16[r] = act.s16.data() + (i0 + r) * k / 16;
-    acc[r] = macc[r] = _mm256_setzero_ps();
+    acc[r] = acc_odd[r] = macc[r] = _mm256_setzero_ps();
   }
   __m128 b_lo = _mm_setzero_ps(), b_hi = _mm_setzero_ps(), pend = _mm_setzero_ps();
   const int64_t chunks = k / 32;
@@ -161,7 +165,8 @@ GRAFT_F256_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + c * 32));
       const __m256i p = _mm256_maddubs_epi16(wu, F::kHasMin ? x : _mm256_sign_epi8(x, ch.w));
       const __m256i s = _mm256_madd_epi16(p, ones);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ch.a, _mm256_loadu_ps(xd[r] + c * 8)), acc[r]);
+      __m256& a = kLanes16 && (c & 1) ? acc_odd[r] : acc[r];
+      a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ch.a, _mm256_loadu_ps(xd[r] + c * 8)), a);
     }
     if constexpr (F::kHasMin) {
       // Groups 2c, 2c + 1 are lanes (2c) mod 8 of q8_min_term's step; lanes not filled stay zero.
@@ -185,35 +190,39 @@ GRAFT_F256_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations
     }
   }
   for (int r = 0; r < R; ++r) {
-    float v = hsum8(acc[r]);
+    float v = hsum8(kLanes16 ? _mm256_add_ps(acc[r], acc_odd[r]) : acc[r]);
     if constexpr (F::kHasMin) v += hsum8(macc[r]);
     out[r] = v;
   }
 }
 
-template <class F>
+template <class F, bool kLanes16>
 void fused_dispatch(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, int rows, float* out) {
   switch (rows) {
-    case 1: fused_rows<F, 1>(row, k, act, i0, out); break;
-    case 2: fused_rows<F, 2>(row, k, act, i0, out); break;
-    case 3: fused_rows<F, 3>(row, k, act, i0, out); break;
-    default: fused_rows<F, 4>(row, k, act, i0, out); break;
+    case 1: fused_rows<F, 1, kLanes16>(row, k, act, i0, out); break;
+    case 2: fused_rows<F, 2, kLanes16>(row, k, act, i0, out); break;
+    case 3: fused_rows<F, 3, kLanes16>(row, k, act, i0, out); break;
+    default: fused_rows<F, 4, kLanes16>(row, k, act, i0, out); break;
+  }
+}
+
+template <bool kLanes16>
+Q8FusedRows fused_for(DType t) {
+  switch (t) {
+    case DType::Q4_0: return fused_dispatch<Q4_0F, kLanes16>;
+    case DType::Q4_1: return fused_dispatch<Q4_1F, kLanes16>;
+    case DType::Q8_0: return fused_dispatch<Q8_0F, kLanes16>;
+    case DType::Q5_0: return fused_dispatch<Q5_0F, kLanes16>;
+    case DType::Q5_1: return fused_dispatch<Q5_1F, kLanes16>;
+    case DType::Q4_K: return fused_dispatch<Q4_KF, kLanes16>;
+    case DType::Q6_K: return fused_dispatch<Q6_KF, kLanes16>;
+    default: return nullptr;
   }
 }
 
 }  // namespace
 
-Q8FusedRows q8_fused_avx2(DType t) {
-  switch (t) {
-    case DType::Q4_0: return fused_dispatch<Q4_0F>;
-    case DType::Q4_1: return fused_dispatch<Q4_1F>;
-    case DType::Q8_0: return fused_dispatch<Q8_0F>;
-    case DType::Q5_0: return fused_dispatch<Q5_0F>;
-    case DType::Q5_1: return fused_dispatch<Q5_1F>;
-    case DType::Q4_K: return fused_dispatch<Q4_KF>;
-    case DType::Q6_K: return fused_dispatch<Q6_KF>;
-    default: return nullptr;
-  }
-}
+Q8FusedRows q8_fused_avx2(DType t) { return fused_for<false>(t); }
+Q8FusedRows q8_fused_avx2_16lane(DType t) { return fused_for<true>(t); }
 
 }  // namespace graft::runtime::detail

@@ -112,6 +112,35 @@ TEST(MatmulQ8, KernelsEqualTheirScalarModelBitForBit) {
   EXPECT_GT(ran, 0) << "no SIMD kernel is supported on this CPU (AVX2 is the build's baseline)";
 }
 
+// The AVX2 code of the 16-lane model (what AVX-512 CPUs run for one or two rows) equals the 16-lane
+// scalar model on every CPU with AVX2, for every row count it accepts.
+TEST(MatmulQ8, Avx2CodeOfThe16LaneModelEqualsIt) {
+  if (!q8_kernel_supported(Q8Kernel::Avx2)) GTEST_SKIP() << "no AVX2";
+  int ran = 0;
+  for (DType t : kFormats) {
+    const Q8FusedRows f = q8_fused_avx2_16lane(t);
+    if (!f) continue;
+    for (const auto& s : shapes_for(t)) {
+      const Tensor w = random_blocks(t, s.n, s.k, 21);
+      const auto x = random_x(s.m, s.k, 23);
+      const auto ref16 = run(Q8Kernel::Scalar16, x.data(), s.m, s.k, w);
+      Q8Activations act;
+      quantize_activations(x.data(), s.m, s.k, act);
+      const int64_t row_bytes = dtype_bytes(t, s.k);
+      for (int64_t j = 0; j < s.n; ++j)
+        for (int64_t i = 0; i < s.m; i += 4) {
+          const int rows = static_cast<int>(std::min<int64_t>(4, s.m - i));
+          float v[4];
+          f(static_cast<const uint8_t*>(w.data) + j * row_bytes, s.k, act, i, rows, v);
+          for (int r = 0; r < rows; ++r)
+            ASSERT_EQ(v[r], ref16[(i + r) * s.n + j]) << dtype_name(t) << " m=" << s.m << " k=" << s.k;
+          ++ran;
+        }
+    }
+  }
+  EXPECT_GT(ran, 0);
+}
+
 TEST(MatmulQ8, FusedKernelsExistForTheCommonFormats) {
   for (Q8Kernel kern : {Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni})
     for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
