@@ -46,6 +46,7 @@ Tensor Tensor::owned(DType dtype, const Shape& shape, std::vector<uint8_t> bytes
 
 
 void convert_to_f32(DType t, const void* src, float* dst, int64_t n) {
+  if (n <= 0) return;  // an empty tensor may have null pointers (memcpy with null is undefined)
   const auto* b = static_cast<const uint8_t*>(src);
   switch (t) {
     case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
@@ -71,6 +72,7 @@ void convert_to_f32(DType t, const void* src, float* dst, int64_t n) {
 }
 
 void convert_from_f32(const float* src, DType t, void* dst, int64_t n) {
+  if (n <= 0) return;  // as convert_to_f32
   switch (t) {
     case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case DType::F16: {
