@@ -125,18 +125,6 @@ double read_scalar(const io::SafetensorsFile& f, const std::string& key) {
   return v;
 }
 
-Tensor transpose_2d(const Tensor& t) {
-  if (t.shape.size() != 2) fail("transpose_2d: shape ", shape_str(t.shape), " is not 2-D");
-  const int64_t rows = t.shape[0], cols = t.shape[1];
-  const size_t es = static_cast<size_t>(dtype_bytes(t.dtype, 1));
-  std::vector<uint8_t> out(static_cast<size_t>(t.nbytes()));
-  const auto* src = static_cast<const uint8_t*>(t.data);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      std::memcpy(&out[static_cast<size_t>(c * rows + r) * es], src + static_cast<size_t>(r * cols + c) * es, es);
-  return Tensor::owned(t.dtype, {cols, rows}, std::move(out));
-}
-
 SplitKey split_key(const std::string& key, const std::vector<std::string_view>& suffixes) {
   SplitKey best;
   size_t best_len = 0;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graft/adapter/weight_adapter.h"
+#include "graft/core/convert.h"  // transpose_2d, used by every importer
 #include "graft/core/error.h"
 #include "graft/io/safetensors.h"
 
@@ -45,8 +46,6 @@ int64_t json_positive_int(const Json& v, const std::string& file, const std::str
 Tensor read_checked(const io::SafetensorsFile& f, const std::string& key);
 // The single value of a 0-d (or one-element) tensor, checked as above.
 double read_scalar(const io::SafetensorsFile& f, const std::string& key);
-// A new owned 2-D tensor holding tᵀ in t's dtype.
-Tensor transpose_2d(const Tensor& t);
 
 // Key classification by suffix: the longest suffix in `suffixes` that the key ends with (and that
 // leaves a non-empty module name). Returns the index into `suffixes` or -1.

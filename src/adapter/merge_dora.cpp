@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "adapter/merge_internal.h"
+#include "graft/core/convert.h"
 #include "graft/core/error.h"
 
 namespace graft::adapter::detail {
@@ -16,12 +17,7 @@ std::vector<float> rows_f32(const Tensor& t, int64_t row0, int64_t rows, const s
   if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
     fail("merge: ", what, " has dtype ", dtype_name(t.dtype), " (factors must be F32, F16 or BF16)");
   if (!t.data && t.numel() > 0) fail("merge: ", what, " ", shape_str(t.shape), " has no data");
-  const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  if (!out.empty())
-    convert_to_f32(t.dtype, static_cast<const uint8_t*>(t.data) + dtype_bytes(t.dtype, row0 * cols), out.data(),
-                   rows * cols);
-  return out;
+  return rows_to_f32(t, row0, rows);
 }
 
 // out[i] = Σ_k c[k]·x[k·cols + i], from +0, k ascending.

@@ -110,17 +110,6 @@ Tensor row_slice(const Tensor& t, int64_t begin, int64_t rows) {
   return Tensor::owned(t.dtype, {rows, t.shape[1]}, std::vector<uint8_t>(p, p + static_cast<size_t>(rows) * row_bytes));
 }
 
-Tensor transpose_bytes(const Tensor& t) {
-  const int64_t rows = t.shape[0], cols = t.shape[1];
-  const size_t es = static_cast<size_t>(dtype_bytes(t.dtype, 1));
-  std::vector<uint8_t> out(static_cast<size_t>(t.nbytes()));
-  const auto* src = static_cast<const uint8_t*>(t.data);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      std::memcpy(&out[static_cast<size_t>(c * rows + r) * es], src + static_cast<size_t>(r * cols + c) * es, es);
-  return Tensor::owned(t.dtype, {cols, rows}, std::move(out));
-}
-
 Tensor scaled_f32(const Tensor& t, float s) {
   Tensor f = to_f32(t);
   float* v = f.mutable_as<float>();
@@ -163,7 +152,7 @@ GgufLoraFile gguf_lora_for_model(const ModelConfig& config, const io::TensorSour
     Tensor bb = row_slice(u.b, b.slice.src_row, b.slice.rows);
     if (b.slice.tensor == kEmbedName) {  // llama.cpp's get_rows layout
       p.a = bb;
-      p.b = transpose_bytes(u.a);
+      p.b = transpose_2d(u.a);
     } else {
       if (fam.gguf_permuted_qk && g->second.size() > 7 && g->second.compare(g->second.size() - 7, 7, ".attn_q") == 0)
         bb = permute_gguf_rope_rows(bb, config.num_heads);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "graft/core/convert.h"
 #include "graft/core/error.h"
 #include "graft/model/family.h"
 #include "graft/model/model_adapters.h"
@@ -51,18 +52,8 @@ std::map<std::string, Site> projection_sites(const model::ModelConfig& c) {
   return sites;
 }
 
-// F32 copy of rows [row0, row0 + rows) of a 2-D (or 1-D) F32/F16/BF16 tensor.
-std::vector<float> f32_rows(const Tensor& t, int64_t row0, int64_t rows) {
-  const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  if (!out.empty())
-    convert_to_f32(t.dtype, static_cast<const uint8_t*>(t.data) + dtype_bytes(t.dtype, row0 * cols), out.data(),
-                   rows * cols);
-  return out;
-}
-
 std::vector<float> f32_all(const Tensor& t) {
-  return t.data ? f32_rows(t, 0, t.shape.empty() ? 0 : t.shape[0]) : std::vector<float>{};
+  return t.data ? rows_to_f32(t, 0, t.shape.empty() ? 0 : t.shape[0]) : std::vector<float>{};
 }
 
 Tensor f32_tensor(const Shape& shape, std::vector<float> v) {
@@ -73,7 +64,7 @@ Tensor f32_tensor(const Shape& shape, std::vector<float> v) {
 
 std::shared_ptr<const DoraRows> dora_rows(const Tensor& magnitude, int64_t src_row, int64_t rows) {
   auto d = std::make_shared<DoraRows>();
-  d->magnitude = f32_rows(magnitude, src_row, rows);
+  d->magnitude = rows_to_f32(magnitude, src_row, rows);
   return d;
 }
 
@@ -81,7 +72,7 @@ std::shared_ptr<const DoraRows> dora_rows(const Tensor& magnitude, int64_t src_r
 // Σ_{k,l} B'[o,(k,l)]·A'[(k,l),i] = (Σ_k w1a[o,k]w1b[k,i])·(Σ_l w2a[o,l]w2b[l,i]), exactly in reals.
 LoraTerm hadamard_term(const adapter::HadamardUpdate& h, const adapter::PlannedUpdate& pu) {
   const int64_t r1 = h.w1b.shape[0], r2 = h.w2b.shape[0], in = h.w1b.shape[1], rows = pu.rows;
-  const std::vector<float> w1a = f32_rows(h.w1a, pu.src_row, rows), w2a = f32_rows(h.w2a, pu.src_row, rows);
+  const std::vector<float> w1a = rows_to_f32(h.w1a, pu.src_row, rows), w2a = rows_to_f32(h.w2a, pu.src_row, rows);
   const std::vector<float> w1b = f32_all(h.w1b), w2b = f32_all(h.w2b);
   const int64_t r = r1 * r2;
   std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(rows * r));
