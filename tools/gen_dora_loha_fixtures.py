@@ -8,14 +8,18 @@ PYTHONPATH, and for mlx_dora either mlx + mlx-lm importable by --mlx-python (a s
 e.g. a venv with `pip install mlx mlx-lm`), or nothing: then mlx-lm's DoRALinear.fuse formula is
 computed in numpy from its source (mlx_lm/tuner/dora.py) and expected.json says so.
 
-Every fixture uses tests/fixtures/models/llama_f32 (peft_dora_bf16: llama_bf16) and writes:
+Every fixture uses tests/fixtures/models/llama_f32 (peft_dora_bf16: llama_bf16; peft_dora_qwen2 and
+mlx_dora_embed_tied: qwen2_f32, q/k/v biases, tied embedding) and writes:
   adapter files          as the tool writes them (PEFT save_pretrained; LyCORIS save_weights; mlx-lm
                          adapters.safetensors + adapter_config.json)
   merged.safetensors     the tensors the tool's merge changed (PEFT merge_and_unload, mlx-lm
                          DoRALinear.fuse, LyCORIS merge_to), base dtype
   merged_forward.safetensors  (lycoris_loha) W + get_weight()*scalar: the weight LyCORIS's forward uses
                          (4.1.3's merge_to applies the scale twice, as for LoKr)
-  reference.safetensors  logits_<p>_s<k>: the tool's UNMERGED forward over prompt p of the model's
+  reference.safetensors  (mlx_dora_embed*: logits_<p>, mlx-lm's unfused forward at scale 1, made by mlx-lm
+                         end to end: linear_to_lora_layers(use_dora=True) with model.embed_tokens among the keys,
+                         saved, reloaded by load_adapters, fused as mlx_lm fuse does; needs --mlx-python)
+                         logits_<p>_s<k>: the tool's UNMERGED forward over prompt p of the model's
                          reference.json at user scale SCALES[k] (PEFT: every module's scaling
                          multiplied by it), F32 [T, vocab]
   expected.json          producer, versions, scales, prompts, notes
@@ -45,7 +49,7 @@ ALL_PROJ = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "dow
 SCALES = [1.0, 0.5]
 STD = 0.05
 SEEDS = {"peft_dora": 2001, "peft_dora_bf16": 2002, "peft_dora_pair": 2003, "mlx_dora": 2004, "peft_loha": 2005,
-         "lycoris_loha": 2006, "lokr_live": 2007}
+         "lycoris_loha": 2006, "lokr_live": 2007, "peft_dora_qwen2": 2008, "mlx_dora_embed": 2009}
 
 
 def versions():
@@ -237,6 +241,19 @@ def gen_peft_dora_bf16():
                  notes="PEFT DoRA on a BF16 base (adapter params BF16 as PEFT creates them on a bf16 model). "
                  "merge_and_unload rounds f * (W + delta) to BF16 once; reference logits are the bf16 model's "
                  "forward (bf16 arithmetic, informational only).")
+
+
+def gen_peft_dora_qwen2():
+    from peft import LoraConfig
+    peft_fixture("peft_dora_qwen2", LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj",
+                                                                                   "o_proj"],
+                                               use_dora=True, lora_dropout=0.0),
+                 base="qwen2_f32",
+                 notes="PEFT DoRA r=4 alpha=8 (scale 2) on the attention projections of qwen2_f32, whose q/k/v have "
+                 "biases: PEFT's DoRA forward rescales W x + s B A x by m / ||W + s B A||_row and adds the bias after "
+                 "(the bias is neither in the norm nor rescaled); merge_and_unload changes the weights only (the "
+                 "bias tensors are unchanged, so merged.safetensors holds no bias). reference logits: unmerged "
+                 "forward at scaling x 1.0 and x 0.5.")
 
 
 def gen_peft_dora_pair():
@@ -512,7 +529,115 @@ def gen_mlx_dora(mlx_python):
                  "m = ||W||_row * (1 + 0.1 N(0,1)). The unfused mlx forward was checked against x @ fused^T."})
 
 
+MLX_EMBED_SCRIPT = r'''
+import json, sys
+from pathlib import Path
+import numpy as np
+import mlx.core as mx
+from mlx.utils import tree_flatten, tree_unflatten
+from mlx_lm.utils import load_model
+from mlx_lm.tuner.utils import linear_to_lora_layers, load_adapters
+spec = json.load(open(sys.argv[1]))
+out = Path(sys.argv[2])
+mx.random.seed(spec["seed"])
+rng = np.random.default_rng(spec["seed"])
+# what `mlx_lm lora --fine-tune-type dora` builds: base frozen, DoRA layers from linear_to_lora_layers
+model, _ = load_model(Path(spec["model"]))
+model.freeze()
+linear_to_lora_layers(model, spec["num_layers"], spec["lora_parameters"], use_dora=True)
+new = {}
+for k, v in sorted(tree_flatten(model.trainable_parameters())):
+    a = np.array(v)
+    if k.endswith(".lora_b"):  # zero at init: a trained adapter's is not
+        a = (rng.standard_normal(a.shape) * spec["std"]).astype(np.float32)
+    elif k.endswith(".m"):  # ||W||_row at init: a trained adapter's differs
+        a = (a * (1 + 0.1 * rng.standard_normal(a.shape))).astype(np.float32)
+    new[k] = mx.array(a)
+model.update(tree_unflatten(list(new.items())))
+mx.save_safetensors(str(out / "adapters.safetensors"), dict(tree_flatten(model.trainable_parameters())),
+                    metadata={"format": "mlx"})
+json.dump({"fine_tune_type": "dora", "num_layers": spec["num_layers"], "lora_parameters": spec["lora_parameters"]},
+          open(out / "adapter_config.json", "w"), indent=1)
+# a user's run: a fresh model with the saved adapter (mlx_lm.load(..., adapter_path=...)), then mlx_lm fuse
+model, _ = load_model(Path(spec["model"]))
+model = load_adapters(model, str(out))
+model.eval()
+logits = {f"logits_{i}": np.array(model(mx.array([ids]))[0]).astype(np.float32)
+          for i, ids in enumerate(spec["prompts"])}
+before = {k: np.array(v) for k, v in tree_flatten(model.parameters())}
+fused = [(n, m.fuse()) for n, m in model.named_modules() if hasattr(m, "fuse")]
+model.update_modules(tree_unflatten(fused))
+after = {k: np.array(v) for k, v in tree_flatten(model.parameters())}
+merged = {}
+for n, _ in fused:
+    merged[n + ".weight"] = after[n + ".weight"].astype(np.float32)
+np.savez(out / "_logits.npz", **logits)
+np.savez(out / "_merged.npz", **merged)
+'''
+
+
+def gen_mlx_dora_embed(mlx_python, name="mlx_dora_embed", base="llama_f32"):
+    """mlx-lm DoRA with the embedding among its keys (DoRAEmbedding: m [vocab], per-row norm of [vocab, hidden]),
+    made, reloaded, run and fused by mlx-lm itself under mlx_python. On a tied checkpoint (qwen2_f32) mlx-lm's
+    head is DoRAEmbedding.as_linear, the fused embedding as a linear layer."""
+    from safetensors.numpy import load_file, save_file
+    if not mlx_python:
+        raise SystemExit(f"{name} needs --mlx-python (an interpreter with mlx and mlx-lm)")
+    seed = SEEDS["mlx_dora_embed"] + (0 if base == "llama_f32" else 100)
+    d = os.path.join(OUT, name)
+    reset(d)
+    ps = prompts(base)
+    keys = ["model.embed_tokens", "self_attn.q_proj", "self_attn.v_proj"]
+    lp = {"rank": 4, "scale": 2.0, "dropout": 0.0, "keys": keys}
+    spec = {"model": os.path.join(REPO, model_rel(base)), "seed": seed, "std": STD, "num_layers": 2,
+            "lora_parameters": lp, "prompts": [p["ids"] for p in ps]}
+    with open(os.path.join(d, "_spec.json"), "w") as f:
+        json.dump(spec, f)
+    with open(os.path.join(d, "_run.py"), "w") as f:
+        f.write(MLX_EMBED_SCRIPT)
+    subprocess.run([mlx_python, os.path.join(d, "_run.py"), os.path.join(d, "_spec.json"), d], check=True)
+    logits = dict(np.load(os.path.join(d, "_logits.npz")))
+    merged = dict(np.load(os.path.join(d, "_merged.npz")))
+    mlx_versions = subprocess.run([mlx_python, "-c", "import importlib.metadata as m; import json; print(json.dumps("
+                                   "{p: m.version(p) for p in ['mlx', 'mlx-lm']}))"],
+                                  check=True, capture_output=True, text=True).stdout
+    for f in ["_spec.json", "_run.py", "_logits.npz", "_merged.npz"]:
+        os.remove(os.path.join(d, f))
+    # independent float64 check of mlx-lm's fused embedding: (m / ||V||_row) V, V = E + scale * lora_a @ lora_b
+    wts = load_file(os.path.join(REPO, model_rel(base), "model.safetensors"))
+    ad = load_file(os.path.join(d, "adapters.safetensors"))
+    e = wts["model.embed_tokens.weight"].astype(np.float64)
+    v = e + lp["scale"] * ad["model.embed_tokens.lora_a"].astype(np.float64) @ ad["model.embed_tokens.lora_b"].astype(
+        np.float64)
+    want = (ad["model.embed_tokens.m"] / np.linalg.norm(v, axis=1))[:, None] * v
+    err = np.abs(merged["model.embed_tokens.weight"] - want).max()
+    assert err < 1e-5, err
+    save_file(merged, os.path.join(d, "merged.safetensors"), metadata={"format": "pt"})
+    save_file({k: np.ascontiguousarray(v) for k, v in logits.items()}, os.path.join(d, "reference.safetensors"),
+              metadata={"format": "pt"})
+    with open(os.path.join(REPO, model_rel(base), "config.json")) as f:
+        tied = json.load(f).get("tie_word_embeddings", False)
+    write_json(os.path.join(d, "expected.json"), {
+        "name": name, "format": "mlx_dora",
+        "producer": {"tool": "mlx-lm", "calls": "load_model; freeze; linear_to_lora_layers(use_dora=True) -> "
+                     "save_safetensors(trainable_parameters); fresh load_model + load_adapters -> forward (logits); "
+                     "DoRALinear/DoRAEmbedding.fuse() as mlx_lm fuse does", "versions": json.loads(mlx_versions)},
+        "generator": GENERATOR, "seed": seed, "base_model": model_rel(base), "base_dtype": "F32",
+        "tied_embeddings": tied, "merged_file": "merged.safetensors", "merged_tensors": sorted(merged),
+        "adapter_files": ["adapter_config.json", "adapters.safetensors"], "prompts": ps,
+        "modules": [{"module": m, "scale": lp["scale"], "adapter_keys": [m + ".lora_a", m + ".lora_b", m + ".m"],
+                     "base_class": "Embedding" if m.endswith("embed_tokens") else "Linear"}
+                    for m in sorted({k.rsplit(".", 1)[0] for k in ad})],
+        "notes": "mlx-lm DoRA with keys " + ", ".join(keys) + ": DoRAEmbedding on model.embed_tokens (lora_a "
+                 "[vocab, r], lora_b [r, hidden], m [vocab]; fuse: (m / ||E + scale lora_a lora_b||_row) (E + ...)), "
+                 "DoRALinear on q/v. lora_a random as mlx-lm initializes it (uniform), lora_b N(0, 0.05^2), "
+                 "m = init * (1 + 0.1 N(0,1)). reference logits_<p>: mlx-lm's unfused forward (the lookup through "
+                 "DoRAEmbedding.__call__" + (", the tied head through DoRAEmbedding.as_linear" if tied else "") +
+                 "). The fused embedding was checked against a float64 evaluation of the formula."})
+
+
 GENS = {"peft_dora": gen_peft_dora, "peft_dora_bf16": gen_peft_dora_bf16, "peft_dora_pair": gen_peft_dora_pair,
+        "peft_dora_qwen2": gen_peft_dora_qwen2,
         "peft_loha": gen_peft_loha, "lycoris_loha": gen_lycoris_loha, "lokr_live": gen_lokr_live}
 
 
@@ -522,11 +647,15 @@ def main():
     ap.add_argument("--mlx-python", default=None)
     a = ap.parse_args()
     os.chdir(REPO)
-    names = a.only or list(GENS) + ["mlx_dora"]
+    names = a.only or list(GENS) + ["mlx_dora", "mlx_dora_embed", "mlx_dora_embed_tied"]
     for n in names:
         print("generating", n, flush=True)
         if n == "mlx_dora":
             gen_mlx_dora(a.mlx_python)
+        elif n == "mlx_dora_embed":
+            gen_mlx_dora_embed(a.mlx_python)
+        elif n == "mlx_dora_embed_tied":
+            gen_mlx_dora_embed(a.mlx_python, "mlx_dora_embed_tied", "qwen2_f32")
         else:
             GENS[n]()
 

@@ -40,7 +40,10 @@ const char* kFixtures[] = {"peft_lora",  "peft_rslora", "peft_patterns", "peft_m
                            "peft_lokr", "peft_lokr_decompose_both", "lycoris_lokr", "lycoris_lokr_decompose_both",
                            "mlx_lora", "kohya_lora",
                            // tools/gen_dora_loha_fixtures.py: DoRA (PEFT, mlx-lm) and LoHa (PEFT, LyCORIS)
-                           "peft_dora", "peft_dora_bf16", "mlx_dora", "peft_loha", "lycoris_loha"};
+                           "peft_dora", "peft_dora_bf16", "mlx_dora", "peft_loha", "lycoris_loha",
+                           // DoRA on q/k/v with biases (PEFT, qwen2: weights change, biases do not); mlx-lm
+                           // DoRA with the embedding (DoRAEmbedding.fuse, untied llama and tied qwen2)
+                           "peft_dora_qwen2", "mlx_dora_embed", "mlx_dora_embed_tied"};
 
 class RealToolMerge : public ::testing::TestWithParam<const char*> {};
 

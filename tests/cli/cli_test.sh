@@ -193,6 +193,17 @@ if [ -f "$MODEL" ]; then
   grep -q "Paris" "$TMP/out" && fail "stop string was printed"
   "$GRAFT" generate -m "$MODEL" --chat --system "You are terse." -p "Say hello." --temp 0 -n 8 >"$TMP/out" 2>"$TMP/err" \
     || fail "chat generation: $(cat "$TMP/err")"
+  # The small PEFT DoRA, LoHa and LoKr adapters (tests/fixtures/smollm2_kinds, answers start "Beep boop!"):
+  # --adapter and --lora print the same greedy text on the F32 path (the token-level checks against PEFT
+  # are in tests/runtime/smollm2_kinds_test.cpp).
+  for k in peft_dora peft_loha peft_lokr; do
+    for how in adapter lora; do
+      "$GRAFT" generate -m "$MODEL" --dtype f32 --chat -p "What is the history of the internet?" --temp 0 -n 12 \
+        --$how "$SRC/tests/fixtures/smollm2_kinds/$k" >"$TMP/$how" 2>"$TMP/err" || fail "$k --$how: $(cat "$TMP/err")"
+    done
+    grep -q "^Beep boop!" "$TMP/adapter" || fail "$k --adapter: the adapter's style is missing: $(cat "$TMP/adapter")"
+    cmp -s "$TMP/adapter" "$TMP/lora" || fail "$k: --adapter and --lora differ: $(cat "$TMP/adapter") | $(cat "$TMP/lora")"
+  done
 else
   echo "SKIP model checks: $MODEL missing (make models)"
 fi

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -27,34 +28,22 @@ namespace {
 
 using nlohmann::json;
 using test::greedy_ids;
+using test::max_abs_diff;
 using test::prompt_logits;
+using test::read_adapter;
+using test::read_json;
 
 constexpr float kTol = 1e-4f;
 
-json read_json(const std::string& p) {
-  std::ifstream in(p);
-  if (!in) throw std::runtime_error("missing fixture " + p);
-  return json::parse(in);
-}
-
-std::shared_ptr<const adapter::WeightAdapter> read_adapter(const std::string& path) {
-  return std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(path));
-}
-
-float max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
-  EXPECT_EQ(static_cast<int64_t>(a.size()), ref.numel());
-  float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - ref.as<float>()[i]));
-  return m;
-}
-
 const float kScales[] = {1.0f, 0.5f};
 
-// Unfused at each user scale and fused (F32, strength = scale) against `<prefix>logits_<p>_s<k>`.
+// Unfused at each user scale and fused (F32, strength = scale) against `<prefix>logits_<p>_s<k>`, on
+// the prompts of `prompts_file` (the tiny llama's by default).
 void check_two_scales(const std::string& adapter_path, const std::string& ref_file, const std::string& prefix,
-                      bool fused_too) {
-  const std::string model_dir = test::fixture("models/llama_f32");
-  const json prompts = read_json(test::fixture("adapters/peft_dora/expected.json"))["prompts"];
+                      bool fused_too, const std::string& model = "llama_f32",
+                      const std::string& prompts_file = test::fixture("adapters/peft_dora/expected.json")) {
+  const std::string model_dir = test::fixture("models/" + model);
+  const json prompts = read_json(prompts_file)["prompts"];
   auto a = read_adapter(adapter_path);
   model::LoadedModel base = model::load_model(model_dir);
   auto set = make_lora_set(base.config, *base.source, {{a, 1.0f}});
@@ -83,6 +72,12 @@ void check_two_scales(const std::string& adapter_path, const std::string& ref_fi
 TEST(DoraLive, PeftDoraBothPathsTwoScales) {
   const std::string d = test::fixture("adapters/peft_dora");
   check_two_scales(d, d + "/reference.safetensors", "", true);
+}
+
+// q/k/v with biases (qwen2): PEFT adds the bias after the DoRA rescale, and graft's epilogue must too.
+TEST(DoraLive, PeftDoraOnBiasedProjectionsBothPathsTwoScales) {
+  const std::string d = test::fixture("adapters/peft_dora_qwen2");
+  check_two_scales(d, d + "/reference.safetensors", "", true, "qwen2_f32", d + "/expected.json");
 }
 
 TEST(LohaLive, PeftAndLycorisBothPathsTwoScales) {
@@ -248,6 +243,41 @@ TEST(DoraLive, QuantizedWeightUsesDequantizedRows) {
     diff = std::max(diff, std::abs(s - tq.dora->w2[o]));
   }
   EXPECT_GT(diff, 0.0);
+}
+
+// mlx-lm DoRA with the embedding among its keys (DoRAEmbedding, per-row norm over [vocab, hidden]),
+// made, run and fused by mlx-lm (tools/gen_dora_loha_fixtures.py): graft's fused logits equal mlx-lm's
+// unfused forward within kTol (F32 on both sides; the embedding row's norm and factor are the only
+// added roundings), on an untied llama (lookup only) and a tied qwen2 (lookup and head: mlx-lm's
+// DoRAEmbedding.as_linear); the unfused path refuses the embedding DoRA, naming it.
+TEST(DoraLive, MlxEmbeddingDoraFusedMatchesMlxLm) {
+  for (const char* f : {"mlx_dora_embed", "mlx_dora_embed_tied"}) {
+    const std::string d = test::fixture(std::string("adapters/") + f);
+    const json ex = read_json(d + "/expected.json");
+    const std::string model_dir = test::source_dir() + "/" + ex["base_model"].get<std::string>();
+    auto a = read_adapter(d);
+    model::LoadOptions o;
+    o.fused_adapters = {{a, 1.0f}};
+    o.weight_dtype = DType::F32;
+    model::LoadedModel fused = model::load_model(model_dir, o);
+    model::LoadedModel base = model::load_model(model_dir);
+    auto ref = io::SafetensorsFile::open(d + "/reference.safetensors");
+    for (size_t p = 0; p < ex["prompts"].size(); ++p) {
+      const auto ids = ex["prompts"][p]["ids"].get<std::vector<int32_t>>();
+      const Tensor want = ref->tensor("logits_" + std::to_string(p));
+      const float d = max_abs_diff(prompt_logits(fused, nullptr, {}, ids), want);
+      const float d_base = max_abs_diff(prompt_logits(base, nullptr, {}, ids), want);
+      std::printf("%s prompt %zu: max |fused - mlx-lm| %.3g (base model: %.3g)\n", f, p, d, d_base);
+      EXPECT_LE(d, kTol) << f << " fused, prompt " << p;
+      EXPECT_GT(d_base, 100 * kTol) << f << ", prompt " << p << ": the adapter must matter";
+    }
+    try {
+      make_lora_set(base.config, *base.source, {{a, 1.0f}});
+      ADD_FAILURE() << f << ": DoRA on the embedding was accepted unfused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model.embed_tokens"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // What the unfused path cannot do exactly is refused by name, before anything changes: DoRA (and

@@ -31,25 +31,11 @@ namespace {
 
 using nlohmann::json;
 
-json read_json(const std::string& p) {
-  std::ifstream in(p);
-  if (!in) throw std::runtime_error("missing fixture " + p);
-  return json::parse(in);
-}
-
-std::shared_ptr<const adapter::WeightAdapter> read_adapter(const std::string& dir) {
-  return std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(dir));
-}
-
 using test::greedy_ids;
+using test::max_abs_diff;
 using test::prompt_logits;
-
-float max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
-  EXPECT_EQ(static_cast<int64_t>(a.size()), ref.numel());
-  float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - ref.as<float>()[i]));
-  return m;
-}
+using test::read_adapter;
+using test::read_json;
 
 constexpr float kTol = 1e-4f;
 

@@ -35,23 +35,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-json read_json(const std::string& p) {
-  std::ifstream in(p);
-  if (!in) throw std::runtime_error("missing fixture " + p);
-  return json::parse(in);
-}
-
-std::shared_ptr<const adapter::WeightAdapter> read(const std::string& path) {
-  return std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(path));
-}
-
-float max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
-  EXPECT_EQ(static_cast<int64_t>(a.size()), ref.numel());
-  float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - ref.as<float>()[i]));
-  return m;
-}
+using test::expect_same_greedy;
+using test::max_abs_diff;
+using test::read_adapter;
+using test::read_json;
 
 struct TinyCase {
   const char* file;
@@ -67,7 +54,7 @@ TEST_P(GgufTiny, FusedAndUnfusedMatchPeft) {
   const std::string ref_dir = test::fixture(std::string("engine_adapters/") + c.model + "/peft_lora");
   const json prompts = read_json(ref_dir + "/reference.json")["prompts"];
   auto ref = io::SafetensorsFile::open(ref_dir + "/reference.safetensors");
-  auto a = read(test::fixture(std::string("gguf_adapters/") + c.file));
+  auto a = read_adapter(test::fixture(std::string("gguf_adapters/") + c.file));
   model::LoadedModel base = model::load_model(model_dir);
   auto set = make_lora_set(base.config, *base.source, {{a, 1.0f}});
   model::LoadOptions o;
@@ -102,24 +89,11 @@ INSTANTIATE_TEST_SUITE_P(Converter, GgufTiny,
                            return n;
                          });
 
-// got == expect, except that a divergence is accepted at a recorded near tie (gap < 1e-4).
-void expect_same_greedy(const std::vector<int32_t>& got, const std::vector<int32_t>& expect,
-                        const std::vector<double>& gaps, const std::string& what) {
-  ASSERT_EQ(got.size(), expect.size()) << what;
-  for (size_t i = 0; i < expect.size(); ++i) {
-    if (got[i] == expect[i]) continue;
-    std::printf("%s: diverged at step %zu (reference top-2 gap %g)\n", what.c_str(), i, gaps[i]);
-    EXPECT_LT(gaps[i], 1e-4) << what << ": diverged at step " << i << " (got " << got[i] << ", expected " << expect[i]
-                             << ") where the reference's top-2 gap is " << gaps[i];
-    break;
-  }
-}
-
 TEST(GgufSmolLM2, PiratePeftConvertedByLlamaCppGivesPeftAndLlamaCppTokens) {
   if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
   const json ref = read_json(test::fixture("smollm2/pirate_peft_reference.json"));
   const json llama_cpp = read_json(test::fixture("gguf_adapters/smollm2_pirate_llamacpp.json"));
-  auto a = read(test::fixture("gguf_adapters/smollm2_pirate.q8_0.gguf"));
+  auto a = read_adapter(test::fixture("gguf_adapters/smollm2_pirate.q8_0.gguf"));
   // PEFT's tokens are F32 math on the dequantized base: compare on graft's F32 path (--dtype f32),
   // not on its 8-bit-activation block kernels.
   model::LoadOptions f32;

@@ -182,13 +182,8 @@ TEST(AffineQuant, GraftQuantizeWritesWhatMlxLmConvertWrote) {
 }
 
 using test::greedy_ids;
+using test::max_abs_diff;
 using test::prompt_logits;
-
-float max_abs_diff(const std::vector<float>& a, const Tensor& b) {
-  float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b.as<float>()[i]));
-  return m;
-}
 
 class QuantizedModel : public ::testing::TestWithParam<const char*> {};
 

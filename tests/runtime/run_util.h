@@ -1,15 +1,60 @@
 // Running a loaded model in tests: full-prompt logits and pure-argmax greedy continuations, with
-// an optional set of unfused adapters and their per-sequence scales.
+// an optional set of unfused adapters and their per-sequence scales; reading fixtures and comparing
+// against them.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "graft/adapter/weight_adapter.h"
 #include "graft/model/loader.h"
 #include "graft/runtime/lora.h"
 #include "graft/runtime/transformer.h"
 
 namespace graft::test {
+
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("missing fixture " + path);
+  return nlohmann::json::parse(in);
+}
+
+inline std::shared_ptr<const adapter::WeightAdapter> read_adapter(const std::string& path) {
+  return std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(path));
+}
+
+// max |a - ref| over every element; ref is an F32 tensor of the same size.
+inline float max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
+  EXPECT_EQ(static_cast<int64_t>(a.size()), ref.numel());
+  EXPECT_EQ(ref.dtype, DType::F32);
+  float m = 0;
+  const size_t n = std::min(a.size(), static_cast<size_t>(ref.numel()));
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::abs(a[i] - ref.as<float>()[i]));
+  return m;
+}
+
+// got == expect, except that a divergence is accepted at a recorded near tie of the reference
+// (its top-2 gap at that step < 1e-4); nothing after the divergence is compared.
+inline void expect_same_greedy(const std::vector<int32_t>& got, const std::vector<int32_t>& expect,
+                               const std::vector<double>& gaps, const std::string& what) {
+  ASSERT_EQ(got.size(), expect.size()) << what;
+  ASSERT_EQ(gaps.size(), expect.size()) << what;
+  for (size_t i = 0; i < expect.size(); ++i) {
+    if (got[i] == expect[i]) continue;
+    std::printf("%s: diverged at step %zu (reference top-2 gap %g)\n", what.c_str(), i, gaps[i]);
+    EXPECT_LT(gaps[i], 1e-4) << what << ": diverged at step " << i << " (got " << got[i] << ", expected " << expect[i]
+                             << ") where the reference's top-2 gap is " << gaps[i];
+    break;
+  }
+}
 
 // Logits for every position of `ids` ([ids.size(), vocab], row-major).
 inline std::vector<float> prompt_logits(const model::LoadedModel& m, std::shared_ptr<const runtime::LoraSet> set,
