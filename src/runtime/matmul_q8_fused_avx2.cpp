@@ -137,58 +137,79 @@ GRAFT_F256 float hsum8(__m256 v) {  // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))
   return _mm_cvtss_f32(s);
 }
 
+// One 32-column chunk against R activation rows, into the accumulators given. Rows are at fixed
+// strides from one base per array (few live pointers: the accumulators stay in registers).
+template <class F, int R>
+GRAFT_F256 void chunk_step(const uint8_t* row, int64_t c, int64_t k, const int8_t* xq, const float* xd,
+                           __m256 (&acc)[R], Chunk256& ch) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  _mm_prefetch(reinterpret_cast<const char*>(row) + c * F::kChunkBytes + kPrefetchAhead, _MM_HINT_T0);
+  F::chunk(row, c, ch);
+  const __m256i wu = F::kHasMin ? ch.w : _mm256_sign_epi8(ch.w, ch.w);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * k + c * 32));
+    const __m256i p = _mm256_maddubs_epi16(wu, F::kHasMin ? x : _mm256_sign_epi8(x, ch.w));
+    const __m256i s = _mm256_madd_epi16(p, ones);
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ch.a, _mm256_loadu_ps(xd + r * (k / 4) + c * 8)),
+                             acc[r]);
+  }
+}
+
+// The min term of chunk c (formats with a min): groups 2c, 2c + 1 are lanes (2c) mod 8 of
+// q8_min_term's step; lanes not filled stay zero.
+template <int R>
+GRAFT_F256 void min_step(int64_t c, int64_t k, const float* s16, const Chunk256& ch, __m128& b_lo, __m128& b_hi,
+                         __m128& pend, __m256 (&macc)[R]) {
+  const int64_t chunks = k / 32;
+  const int q = static_cast<int>(c % 4);
+  if (q == 0) b_lo = ch.b, b_hi = _mm_setzero_ps();
+  if (q == 1) b_lo = _mm_movelh_ps(pend, ch.b);
+  if (q == 2) b_hi = ch.b;
+  if (q == 3) b_hi = _mm_movelh_ps(pend, ch.b);
+  pend = ch.b;
+  if (q != 3 && c + 1 != chunks) return;
+  const int64_t g0 = (c - q) * 2, groups = k / 16 - g0;
+  const __m256 b = _mm256_set_m128(b_hi, b_lo);
+  if (groups >= 8) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_loadu_ps(s16 + r * (k / 16) + g0), macc[r]);
+  } else {
+    const __m256i mask =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(groups)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_maskload_ps(s16 + r * (k / 16) + g0, mask), macc[r]);
+  }
+}
+
 // kLanes16: the 16-lane model of AVX512-VNNI (lanes 0..7 hold the even 32-column chunks, 8..15 the
 // odd ones: two 8-lane accumulators, added before the 8-lane tree exactly as hsum16 does), so a CPU
 // with AVX-512 can run a row on 256-bit vectors (faster for one or two activation rows) and get the
-// same bits as its 512-bit kernel.
+// same bits as its 512-bit kernel. Chunks go in pairs so that each accumulator is chosen at compile
+// time.
 template <class F, int R, bool kLanes16>
 GRAFT_F256_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, float* out) {
-  const int8_t* xq[R];
-  const float* xd[R];
-  const float* s16[R];
+  const int8_t* xq = act.q.data() + i0 * k;
+  const float* xd = act.d4.data() + i0 * k / 4;
+  const float* s16 = act.s16.data() + i0 * k / 16;
   __m256 acc[R], acc_odd[R], macc[R];
-  for (int r = 0; r < R; ++r) {
-    xq[r] = act.q.data() + (i0 + r) * k;
-    xd[r] = act.d4.data() + (i0 + r) * k / 4;
-    s16[r] = act.s16.data() + (i0 + r) * k / 16;
-    acc[r] = acc_odd[r] = macc[r] = _mm256_setzero_ps();
-  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = acc_odd[r] = macc[r] = _mm256_setzero_ps();
   __m128 b_lo = _mm_setzero_ps(), b_hi = _mm_setzero_ps(), pend = _mm_setzero_ps();
   const int64_t chunks = k / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t c = 0; c < chunks; ++c) {
-    Chunk256 ch;
-    _mm_prefetch(reinterpret_cast<const char*>(row) + c * F::kChunkBytes + kPrefetchAhead, _MM_HINT_T0);
-    F::chunk(row, c, ch);
-    const __m256i wu = F::kHasMin ? ch.w : _mm256_sign_epi8(ch.w, ch.w);
-    for (int r = 0; r < R; ++r) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + c * 32));
-      const __m256i p = _mm256_maddubs_epi16(wu, F::kHasMin ? x : _mm256_sign_epi8(x, ch.w));
-      const __m256i s = _mm256_madd_epi16(p, ones);
-      __m256& a = kLanes16 && (c & 1) ? acc_odd[r] : acc[r];
-      a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ch.a, _mm256_loadu_ps(xd[r] + c * 8)), a);
-    }
-    if constexpr (F::kHasMin) {
-      // Groups 2c, 2c + 1 are lanes (2c) mod 8 of q8_min_term's step; lanes not filled stay zero.
-      const int q = static_cast<int>(c % 4);
-      if (q == 0) b_lo = ch.b, b_hi = _mm_setzero_ps();
-      if (q == 1) b_lo = _mm_movelh_ps(pend, ch.b);
-      if (q == 2) b_hi = ch.b;
-      if (q == 3) b_hi = _mm_movelh_ps(pend, ch.b);
-      pend = ch.b;
-      if (q == 3 || c + 1 == chunks) {
-        const int64_t g0 = (c - q) * 2, groups = k / 16 - g0;
-        const __m256 b = _mm256_set_m128(b_hi, b_lo);
-        if (groups >= 8) {
-          for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_loadu_ps(s16[r] + g0), macc[r]);
-        } else {
-          const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(groups)),
-                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-          for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_maskload_ps(s16[r] + g0, mask), macc[r]);
-        }
-      }
-    }
+  Chunk256 ch;
+  int64_t c = 0;
+  for (; c + 2 <= chunks; c += 2) {
+    chunk_step<F, R>(row, c, k, xq, xd, acc, ch);
+    if constexpr (F::kHasMin) min_step<R>(c, k, s16, ch, b_lo, b_hi, pend, macc);
+    chunk_step<F, R>(row, c + 1, k, xq, xd, kLanes16 ? acc_odd : acc, ch);
+    if constexpr (F::kHasMin) min_step<R>(c + 1, k, s16, ch, b_lo, b_hi, pend, macc);
   }
+  if (c < chunks) {  // an even last chunk
+    chunk_step<F, R>(row, c, k, xq, xd, acc, ch);
+    if constexpr (F::kHasMin) min_step<R>(c, k, s16, ch, b_lo, b_hi, pend, macc);
+  }
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     float v = hsum8(kLanes16 ? _mm256_add_ps(acc[r], acc_odd[r]) : acc[r]);
     if constexpr (F::kHasMin) v += hsum8(macc[r]);
