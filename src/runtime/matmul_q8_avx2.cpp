@@ -5,18 +5,9 @@
 #include <immintrin.h>
 
 #include "runtime/matmul_q8.h"
+#include "runtime/q8_simd.h"
 
 namespace graft::runtime::detail {
-
-namespace {
-inline float hsum8(__m256 v) {  // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))
-  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-}  // namespace
 
 __attribute__((target("avx2,fma"))) float q8_dot_avx2(const int8_t* wq, const float* wa4, const int8_t* xq,
                                                       const float* xd4, int64_t k, bool signed_codes) {

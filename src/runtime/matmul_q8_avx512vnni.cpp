@@ -11,21 +11,13 @@
 #include <immintrin.h>
 
 #include "runtime/matmul_q8.h"
+#include "runtime/q8_simd.h"
 
 namespace graft::runtime::detail {
 
 #define GRAFT_VNNI512_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 namespace {
-GRAFT_VNNI512_ATTR inline float hsum16(__m512 v) {  // halves, then the 8-lane tree
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 GRAFT_VNNI512_ATTR inline __m512 step(__m512 acc, __m512i w, __m512i x, __m512 sc, bool signed_codes) {
   const __m512i zero = _mm512_setzero_si512(), bias = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i s;

@@ -19,6 +19,8 @@
 
 #include "graft/core/gguf_blocks.h"
 #include "runtime/matmul_q8.h"
+#include "runtime/q8_simd.h"
+#include "runtime/quant_formats.h"
 
 namespace graft::runtime::detail {
 
@@ -35,11 +37,6 @@ struct Chunk512 {
   __m128 b;
 };
 
-GRAFT_F512 float f16v(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 GRAFT_F512 __m512 halves(float lo, float hi) {  // lanes 0..7 = lo, 8..15 = hi
   return _mm512_castpd_ps(
       _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(lo)), _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
@@ -152,7 +149,7 @@ struct Q4_KF {
   GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool, const Group512&, Chunk512& ch) {
     const uint8_t* sb = row + (c / 4) * 144;
     const int q = static_cast<int>(c % 4);
-    const float d = f16v(sb), dmin = f16v(sb + 2);
+    const float d = f16_at(sb), dmin = f16_at(sb + 2);
     uint8_t sc0, m0, sc1, m1;
     q4k_scale_min(sb + 4, 2 * q, &sc0, &m0);
     q4k_scale_min(sb + 4, 2 * q + 1, &sc1, &m1);
@@ -184,24 +181,9 @@ struct Q6_KF {
     const __m128 sc4 = _mm_cvtepi32_ps(_mm_setr_epi32(scales[0], scales[1], scales[2], scales[3]));
     const __m512 sc = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
                                             _mm512_castps128_ps512(sc4));
-    ch.a = _mm512_mul_ps(_mm512_set1_ps(f16v(sb + 208)), sc);
+    ch.a = _mm512_mul_ps(_mm512_set1_ps(f16_at(sb + 208)), sc);
   }
 };
-
-GRAFT_F512 float hsum16(__m512 v) {  // halves, then the 8-lane tree (as q8_dot_avx512vnni)
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-GRAFT_F512 float hsum8(__m256 v) {  // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), as q8_min_term
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // One chunk of 64 columns (a half chunk when Half) against R activation rows. The rows are at fixed
 // strides from one base per array (few live pointers: the accumulators stay in registers).

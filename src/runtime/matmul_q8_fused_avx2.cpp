@@ -9,6 +9,8 @@
 
 #include "graft/core/gguf_blocks.h"
 #include "runtime/matmul_q8.h"
+#include "runtime/q8_simd.h"
+#include "runtime/quant_formats.h"
 
 namespace graft::runtime::detail {
 
@@ -25,25 +27,6 @@ struct Chunk256 {
   __m128 b;  // lanes 0, 1 (2, 3 zero)
 };
 
-GRAFT_F256 float f16v(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-GRAFT_F256 __m256i nibbles16(const uint8_t* qs) {  // element i: low nibble of byte i, 16 + i: high
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-GRAFT_F256 __m256i bits_to_0x10(const uint8_t* p) {  // byte i = 0x10 where bit i of the word at p is set
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
-  v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
-}
-
 // Bytes ahead each chunk prefetches (see matmul_q8_fused512.cpp).
 constexpr int kPrefetchAhead = 2048;
 
@@ -53,7 +36,7 @@ struct Q4_0F {
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 18;
     ch.w = _mm256_sub_epi8(nibbles16(p + 2), _mm256_set1_epi8(8));
-    ch.a = _mm256_set1_ps(f16v(p));
+    ch.a = _mm256_set1_ps(f16_at(p));
   }
 };
 struct Q4_1F {
@@ -62,8 +45,8 @@ struct Q4_1F {
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 20;
     ch.w = nibbles16(p + 4);
-    ch.a = _mm256_set1_ps(f16v(p));
-    ch.b = _mm_setr_ps(f16v(p + 2), f16v(p + 2), 0.0f, 0.0f);
+    ch.a = _mm256_set1_ps(f16_at(p));
+    ch.b = _mm_setr_ps(f16_at(p + 2), f16_at(p + 2), 0.0f, 0.0f);
   }
 };
 struct Q8_0F {
@@ -72,7 +55,7 @@ struct Q8_0F {
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 34;
     ch.w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-    ch.a = _mm256_set1_ps(f16v(p));
+    ch.a = _mm256_set1_ps(f16_at(p));
   }
 };
 struct Q5_0F {
@@ -81,7 +64,7 @@ struct Q5_0F {
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 22;
     ch.w = _mm256_sub_epi8(_mm256_or_si256(nibbles16(p + 6), bits_to_0x10(p + 2)), _mm256_set1_epi8(16));
-    ch.a = _mm256_set1_ps(f16v(p));
+    ch.a = _mm256_set1_ps(f16_at(p));
   }
 };
 struct Q5_1F {
@@ -90,8 +73,8 @@ struct Q5_1F {
   GRAFT_F256 static void chunk(const uint8_t* row, int64_t c, Chunk256& ch) {
     const uint8_t* p = row + c * 24;
     ch.w = _mm256_or_si256(nibbles16(p + 8), bits_to_0x10(p + 4));
-    ch.a = _mm256_set1_ps(f16v(p));
-    ch.b = _mm_setr_ps(f16v(p + 2), f16v(p + 2), 0.0f, 0.0f);
+    ch.a = _mm256_set1_ps(f16_at(p));
+    ch.b = _mm_setr_ps(f16_at(p + 2), f16_at(p + 2), 0.0f, 0.0f);
   }
 };
 // Q4_K: chunk c is sub-block j = c mod 8 of super-block c / 8.
@@ -105,8 +88,8 @@ struct Q4_KF {
     ch.w = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
     uint8_t sc, m;
     q4k_scale_min(sb + 4, j, &sc, &m);
-    ch.a = _mm256_set1_ps(f16v(sb) * static_cast<float>(sc));
-    const float mb = -(f16v(sb + 2) * static_cast<float>(m));
+    ch.a = _mm256_set1_ps(f16_at(sb) * static_cast<float>(sc));
+    const float mb = -(f16_at(sb + 2) * static_cast<float>(m));
     ch.b = _mm_setr_ps(mb, mb, 0.0f, 0.0f);
   }
 };
@@ -124,18 +107,11 @@ struct Q6_KF {
     const __m256i high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t)), _mm256_set1_epi8(0x03));
     ch.w = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
     const auto* scales = reinterpret_cast<const int8_t*>(sb + 192) + 2 * j;
-    const float d = f16v(sb + 208);
+    const float d = f16_at(sb + 208);
     const float a0 = d * static_cast<float>(scales[0]), a1 = d * static_cast<float>(scales[1]);
     ch.a = _mm256_setr_ps(a0, a0, a0, a0, a1, a1, a1, a1);
   }
 };
-
-GRAFT_F256 float hsum8(__m256 v) {  // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // One 32-column chunk against R activation rows, into the accumulators given. Rows are at fixed
 // strides from one base per array (few live pointers: the accumulators stay in registers).

@@ -8,7 +8,10 @@
 // offset into signed codes (−128..127) and have b = 0. The scales are stored expanded: a4[c / 4] =
 // a[c / 16] (one per four columns, the granularity of the integer dot products' lanes).
 #pragma once
+#include <immintrin.h>
+
 #include <cstdint>
+#include <cstring>
 
 #include "graft/core/dtype.h"
 
@@ -30,6 +33,10 @@ const QuantFormat* quant_format_kquants(DType t);  // Q2_K .. Q6_K, IQ4_XS
 
 // Helpers shared by the unpackers.
 inline void fill4(float* a4, float v) { a4[0] = a4[1] = a4[2] = a4[3] = v; }  // one 16-column group
-float f16_at(const uint8_t* p);
+inline float f16_at(const uint8_t* p) {  // exact, as f16_to_f32 (F16C is the build's baseline)
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
 
 }  // namespace graft::runtime::detail

@@ -6,15 +6,10 @@
 #include <cstring>
 
 #include "graft/core/gguf_blocks.h"
+#include "runtime/q8_simd.h"
 #include "runtime/quant_formats.h"
 
 namespace graft::runtime::detail {
-
-float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);  // exact, as f16_to_f32
-}
 
 namespace {
 
@@ -27,20 +22,14 @@ void unpack_q8_0(const uint8_t* row, int64_t k, int8_t* q, float* a4, float*) {
   }
 }
 
-// Nibbles of 16 bytes: element i is the low nibble of byte i, element 16 + i the high one.
-inline __m256i nibbles16(const uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-inline void nibbles16(const uint8_t* qs, int8_t* q, int offset) {
+inline void store_nibbles16(const uint8_t* qs, int8_t* q, int offset) {
   const __m256i v = _mm256_sub_epi8(nibbles16(qs), _mm256_set1_epi8(static_cast<char>(offset)));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), v);
 }
 
 void unpack_q4_0(const uint8_t* row, int64_t k, int8_t* q, float* a4, float*) {
   for (int64_t b = 0; b < k / 32; ++b, row += 18, q += 32, a4 += 8) {
-    nibbles16(row + 2, q, 8);
+    store_nibbles16(row + 2, q, 8);
     const float d = f16_at(row);
     fill4(a4, d);
     fill4(a4 + 4, d);
@@ -49,23 +38,12 @@ void unpack_q4_0(const uint8_t* row, int64_t k, int8_t* q, float* a4, float*) {
 
 void unpack_q4_1(const uint8_t* row, int64_t k, int8_t* q, float* a4, float* b16) {
   for (int64_t b = 0; b < k / 32; ++b, row += 20, q += 32, a4 += 8, b16 += 2) {
-    nibbles16(row + 4, q, 0);
+    store_nibbles16(row + 4, q, 0);
     const float d = f16_at(row), m = f16_at(row + 2);
     fill4(a4, d);
     fill4(a4 + 4, d);
     b16[0] = b16[1] = m;
   }
-}
-
-// Byte i of the result is 0x10 where bit i of the 32-bit word at p is set, else 0.
-inline __m256i bits_to_0x10(const uint8_t* p) {
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
-  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
-  v = _mm256_or_si256(v, bit);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
 }
 
 inline void q5_codes(const uint8_t* qh_bytes, const uint8_t* qs, int8_t* q, int offset) {
