@@ -129,45 +129,98 @@ Q8Dot q8_dot(Q8Kernel k) {
   return q8_dot_scalar8;
 }
 
-void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a) {
+namespace {
+// One block of 32: q = clamp(round(x·id), ±127) with id = 127 / max|x| (the scalar rule, in
+// AVX2: the product and the rounding are the same IEEE operations), d4 the block scale eight times,
+// s16 = d·Σ q over each half (exact integer sums).
+void quantize_block(const float* xb, int8_t* q, float* d4, float* s16) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int t = 0; t < 4; ++t) {
+    v[t] = _mm256_loadu_ps(xb + 8 * t);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[t]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float am = _mm_cvtss_f32(m4);
+  const float d = am / 127.0f;
+  const __m256 id = _mm256_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  __m256i i[4];
+  for (int t = 0; t < 4; ++t)
+    i[t] = _mm256_cvtps_epi32(_mm256_min_ps(
+        _mm256_max_ps(_mm256_round_ps(_mm256_mul_ps(v[t], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), lo),
+        hi));
+  // Values within ±127: the saturating packs are exact; the permute undoes their lane interleave.
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  _mm256_storeu_ps(d4, _mm256_set1_ps(d));
+  for (int g = 0; g < 2; ++g) {
+    __m256i sv = _mm256_add_epi32(i[2 * g], i[2 * g + 1]);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sv), _mm256_extracti128_si256(sv, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    s16[g] = d * static_cast<float>(_mm_cvtsi128_si32(s4));
+  }
+}
+}  // namespace
+
+void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a, ThreadPool* pool) {
   a.m = m;
   a.k = k;
   a.q.resize(static_cast<size_t>(m * k));
   a.d4.resize(static_cast<size_t>(m * k / 4));
   a.s16.resize(static_cast<size_t>(m * k / 16));
-  a.x4neg.resize(static_cast<size_t>(m * k / 4));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c0 = 0; c0 < k; c0 += 32) {
-      const float* xb = x + i * k + c0;
-      float amax = 0.0f;
-      for (int t = 0; t < 32; ++t) amax = std::max(amax, std::fabs(xb[t]));
-      const float d = amax / 127.0f;
-      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      int8_t* q = &a.q[i * k + c0];
-      for (int t = 0; t < 32; ++t) q[t] = static_cast<int8_t>(std::clamp(std::nearbyint(xb[t] * id), -127.0f, 127.0f));
-      std::fill_n(&a.d4[(i * k + c0) / 4], 8, d);
-      for (int l = 0; l < 8; ++l) a.x4neg[(i * k + c0) / 4 + l] = -(q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
-      for (int g = 0; g < 2; ++g) {
-        int32_t s = 0;
-        for (int t = 0; t < 16; ++t) s += q[g * 16 + t];
-        a.s16[(i * k + c0) / 16 + g] = d * static_cast<float>(s);
+  auto rows = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t c0 = 0; c0 < k; c0 += 32)
+        quantize_block(x + i * k + c0, &a.q[i * k + c0], &a.d4[(i * k + c0) / 4], &a.s16[(i * k + c0) / 16]);
+  };
+  if (pool && m > 1)
+    pool->parallel_for(m, rows);
+  else
+    rows(0, m);
+}
+
+const uint8_t* Q8Activations::x8_records() const {
+  const auto at = reinterpret_cast<uintptr_t>(x8.data());
+  return x8.data() + (64 - at % 64) % 64;
+}
+
+void Q8Activations::pack_rows8(bool with_min, ThreadPool* pool) {
+  const int64_t chunks = (k + 63) / 64, pairs = (chunks + 1) / 2, groups16 = k / 16;
+  x8.resize(static_cast<size_t>(m * chunks * 128 + 64));
+  auto* base = const_cast<uint8_t*>(x8_records());
+  s8.resize(with_min ? static_cast<size_t>(m * pairs * 8) : 0);
+  auto pack = [&](int64_t grp0, int64_t grp1) {
+    for (int64_t g0 = grp0 * 8; g0 < std::min(m, grp1 * 8); g0 += 8) {
+      const int64_t rows = std::min<int64_t>(8, m - g0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = g0 + r;
+        for (int64_t c = 0; c < chunks; ++c) {
+          uint8_t* rec = base + (g0 * chunks + c * rows + r) * 128;
+          const int64_t cols = std::min<int64_t>(64, k - c * 64);
+          for (int64_t t = 0; t < 64; ++t)
+            rec[t] = static_cast<uint8_t>((t < cols ? static_cast<uint8_t>(q[i * k + c * 64 + t]) : 0) ^ 0x80u);
+          auto* d = reinterpret_cast<float*>(rec + 64);
+          for (int64_t l = 0; l < 16; ++l) d[l] = l < cols / 4 ? d4[(i * k + c * 64) / 4 + l] : 0.0f;
+        }
+        if (with_min)
+          for (int64_t p = 0; p < pairs; ++p) {
+            float* rec = &s8[(g0 * pairs + p * rows + r) * 8];
+            for (int64_t l = 0; l < 8; ++l) rec[l] = p * 8 + l < groups16 ? s16[i * groups16 + p * 8 + l] : 0.0f;
+          }
       }
     }
-}
-
-void Q8Activations::set_code_offset(int off) {
-  x4corr.resize(x4neg.size());
-  for (size_t i = 0; i < x4neg.size(); ++i) x4corr[i] = off * x4neg[i];
-}
-
-int q8_code_offset(DType t) {
-  switch (t) {
-    case DType::Q4_0: return 8;
-    case DType::Q5_0: return 16;
-    case DType::Q6_K: return 32;
-    case DType::Q8_0: return 128;
-    default: return 0;
-  }
+  };
+  const int64_t groups = (m + 7) / 8;
+  if (pool && groups > 1)
+    pool->parallel_for(groups, pack);
+  else
+    pack(0, groups);
 }
 
 int q8_fused_max_rows(Q8Kernel k) { return k == Q8Kernel::Avx512Vnni ? 8 : 4; }
@@ -198,6 +251,10 @@ void fused_cols(Q8FusedRows fused, int max_rows, const uint8_t* base, int64_t ro
 }
 }  // namespace
 
+bool q8_fused_needs_pack(Q8Kernel k, DType t, int64_t m) {
+  return k == Q8Kernel::Avx512Vnni && m > 2 && q8_fused(k, t) != nullptr;
+}
+
 Q8FusedRows q8_fused_for_rows(Q8Kernel k, DType t, int64_t m) {
   Q8FusedRows f = q8_fused(k, t);
   if (f && k == Q8Kernel::Avx512Vnni && m <= 2) f = q8_fused_avx2_16lane(t);
@@ -226,7 +283,7 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
     fail("matmul: ", dtype_name(w.dtype), " weight rows of ", k, " columns are not whole blocks");
   if (m == 0 || n == 0) return;
   Q8Activations act;
-  quantize_activations(x, m, k, act);
+  quantize_activations(x, m, k, act, &pool);
   const Q8Dot dot = q8_dot(kernel);
   const Q8FusedRows fused = allow_fused ? q8_fused_for_rows(kernel, w.dtype, m) : nullptr;
   const int64_t row_bytes = dtype_bytes(w.dtype, k);
@@ -234,7 +291,7 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
   const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
   if (fused) {
     const int max_rows = q8_fused_max_rows(kernel);
-    if (kernel == Q8Kernel::Avx512Vnni && q8_code_offset(w.dtype) != 0) act.set_code_offset(q8_code_offset(w.dtype));
+    if (q8_fused_needs_pack(kernel, w.dtype, m)) act.pack_rows8(fmt->has_min, &pool);
     pool.parallel_for(
         n,
         [&](int64_t j0, int64_t j1) {

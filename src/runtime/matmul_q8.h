@@ -33,16 +33,20 @@ struct Q8Activations {
   std::vector<int8_t> q;     // [m, k]
   std::vector<float> d4;     // [m, k / 4]: the block scale d_x, once per four columns
   std::vector<float> s16;    // [m, k / 16]: d_x · Σ q_x over each 16 columns (the min term's input)
-  std::vector<int32_t> x4neg;  // [m, k / 4]: −Σ q_x of each lane's four columns (removes a code offset)
-  // [m, k / 4]: −off·Σ q_x for the offset off of the weight format at hand (set_code_offset), the
-  // value the fused AVX-512 kernels start each lane's integer sum from.
-  std::vector<int32_t> x4corr;
-  void set_code_offset(int off);
+  // The AVX-512 fused kernels' layout (pack_rows8): rows in groups of eight (the last group may
+  // hold fewer, R), chunk-major inside a group, one 128-byte record per 64-column chunk and row at
+  // x8_records()[(g·8·chunks + c·R + r)·128]: the 64 codes as unsigned bytes q_x + 128 (so that
+  // vpdpbusd takes the weights signed), then the 16 lanes of d4. A half chunk's missing columns are
+  // q_x = 0 with d4 = 0. Every pointer a kernel needs for eight rows is one base plus constants.
+  std::vector<uint8_t> x8;
+  // s16 in the same grouping, eight floats (two chunks) per record: [(g·8·pairs + p·R + r)·8],
+  // zero past k / 16 (formats with a min).
+  std::vector<float> s8;
+  void pack_rows8(bool with_min, ThreadPool* pool = nullptr);
+  const uint8_t* x8_records() const;  // x8's data, 64-byte aligned
 };
-// The offset of a format's codes as the AVX-512 fused kernels take them unsigned (q_w = u − off):
-// 8 (Q4_0), 16 (Q5_0), 32 (Q6_K), 128 (Q8_0), else 0.
-int q8_code_offset(DType t);
-void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& out);
+// Rows split over the pool when one is given (results do not depend on it).
+void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& out, ThreadPool* pool = nullptr);
 
 // Σ_lanes a4·d4·(Σ of four q_w·q_x) for one weight row and one activation row (k a multiple of 32).
 // signed_codes: q_w is −128..127 (else 0..127, which lets AVX2 use maddubs directly).
@@ -69,6 +73,9 @@ int q8_fused_max_rows(Q8Kernel k);         // 8 with AVX-512 (32 vector register
 Q8FusedRows q8_fused_avx2(DType t);         // 8 lanes: AVX2 and AVX-VNNI
 Q8FusedRows q8_fused_avx2_16lane(DType t);  // AVX2 code, the 16-lane model (same bits as the next)
 Q8FusedRows q8_fused_avx512vnni(DType t);   // 16 lanes
+// The AVX-512 fused kernels read the packed records: call act.pack_rows8 before them (matmul_blocks
+// does when q8_fused_needs_pack says so), and call them with i0 a multiple of 8.
+bool q8_fused_needs_pack(Q8Kernel k, DType t, int64_t m);
 // The kernel for a call with this many activation rows: with AVX-512, one or two rows run the
 // 256-bit code of the same 16-lane model (it has less per-row overhead; the bits are the same, so a
 // row's result does not depend on how many rows share the call).

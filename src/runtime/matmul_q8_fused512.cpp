@@ -2,12 +2,16 @@
 // is unpacked in registers (no per-row buffer) and dotted with up to eight activation rows while it
 // is there. The arithmetic is the 16-lane model's (q8_dot_scalar16 + q8_min_term) step for step, so
 // the result equals the unpack path bit for bit:
-//   - a lane's int32 is Σ of four q_w·q_x. Codes are taken unsigned (u = q_w + off) for vpdpbusd and
-//     the offset removed exactly in integers with the activation's per-lane sums (off·Σ q_x);
+//   - a lane's int32 is Σ of four q_w·q_x. vpdpbusd multiplies unsigned by signed bytes: the
+//     activations come packed as q_x + 128 (Q8Activations::pack_rows8) and the weights signed, and
+//     the 128·Σ q_w this adds is removed exactly in integers (each lane's sum starts at −128·Σ q_w,
+//     computed once per chunk for all rows);
 //   - the lane's F32 scale is a4·d4 with a4 computed as the unpacker computes it (d·sc in F32);
 //   - the min term (Q4_1, Q5_1, Q4_K) goes through q8_min_term's eight lanes in its order.
-// A row whose k is an odd multiple of 32 ends with a half chunk (masked loads read nothing past the
-// row; the masked lanes add exact zeros, as the unpack path's masked step does).
+// A row whose k is an odd multiple of 32 ends with a half chunk (the packed activations are zero
+// there, the block scales past the row's end 0: those lanes add exact zeros, as the unpack path's
+// masked step does). Eight rows' records sit at fixed offsets from one pointer, so the loop keeps
+// its accumulators and pointers in registers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -29,10 +33,10 @@ namespace graft::runtime::detail {
 
 namespace {
 
-// One chunk of 64 columns as the kernel sees it: codes u (q_w = u − off), lane scales a (16 lanes of
-// four columns), and the min term's four per-16 values b (formats with a min).
+// One chunk of 64 columns as the kernel sees it: signed codes w, lane scales a (16 lanes of four
+// columns), and the min term's four per-16 values b (formats with a min).
 struct Chunk512 {
-  __m512i u;
+  __m512i w;
   __m512 a;
   __m128 b;
 };
@@ -71,22 +75,32 @@ struct Group512 {
   __m512 d;  // lanes 0..7: d of blocks 8g .. 8g + 7
   __m512 m;  // lanes 0..7: the min of the same blocks (formats with a min)
 };
-template <int kBytes, int kOff, bool kMin>
+template <int kBytes, bool kMin>
 struct Legacy512 {
   static constexpr int kChunkBytes = 2 * kBytes;
-  static constexpr int kOffset = kOff;
   static constexpr bool kHasMin = kMin;
+  // The f16 fields at offset `at` of blocks b0.. b0 + 3 (those below `blocks`; 0 past them) as one
+  // 64-bit word: integer loads and shifts (bytes stored to the stack and read back as one vector
+  // stall on store forwarding: that was 13 % of the kernel's time).
+  GRAFT_F512 static long long four(const uint8_t* p, int b0, int64_t blocks) {
+    uint64_t v = 0;
+    for (int b = 0; b < 4; ++b)
+      if (b0 + b < blocks) {
+        uint16_t h;
+        std::memcpy(&h, p + (b0 + b) * kBytes, 2);
+        v |= static_cast<uint64_t>(h) << (16 * b);
+      }
+    return static_cast<long long>(v);
+  }
+  GRAFT_F512 static __m512 eight(const uint8_t* p, int64_t blocks) {
+    return _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi64x(four(p, 4, blocks), four(p, 0, blocks))));
+  }
   GRAFT_F512 static void group(const uint8_t* row, int64_t g, int64_t k, Group512& st) {
     const int64_t b0 = g * 8, blocks = std::min<int64_t>(8, k / 32 - b0);
-    // Eight 16-bit loads (a gather is slower on CPUs with the gather-data-sampling mitigation).
+    // 16-bit loads (a gather is slower on CPUs with the gather-data-sampling mitigation).
     const uint8_t* p = row + b0 * kBytes;
-    alignas(16) uint16_t d[8] = {0, 0, 0, 0, 0, 0, 0, 0}, m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t b = 0; b < blocks; ++b) {
-      std::memcpy(&d[b], p + b * kBytes, 2);
-      if constexpr (kMin) std::memcpy(&m[b], p + b * kBytes + 2, 2);
-    }
-    st.d = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d))));
-    if constexpr (kMin) st.m = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m))));
+    st.d = eight(p, blocks);
+    if constexpr (kMin) st.m = eight(p + 2, blocks);
   }
   // Lanes 0..7 = block 2q, 8..15 = block 2q + 1 of the group; the min as (2q, 2q, 2q + 1, 2q + 1).
   GRAFT_F512 static void scales(const Group512& st, int q, Chunk512& ch) {
@@ -97,34 +111,33 @@ struct Legacy512 {
   }
 };
 
-struct Q4_0F : Legacy512<18, 8, false> {
+struct Q4_0F : Legacy512<18, false> {
   GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool half, const Group512& st, Chunk512& ch) {
     const uint8_t* p0 = row + c * 2 * 18;
-    ch.u = nibbles2x16(p0 + 2, half ? p0 + 2 : p0 + 20);
+    ch.w = _mm512_sub_epi8(nibbles2x16(p0 + 2, half ? p0 + 2 : p0 + 20), _mm512_set1_epi8(8));
     scales(st, static_cast<int>(c % 4), ch);
   }
 };
-struct Q4_1F : Legacy512<20, 0, true> {
+struct Q4_1F : Legacy512<20, true> {
   GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool half, const Group512& st, Chunk512& ch) {
     const uint8_t* p0 = row + c * 2 * 20;
-    ch.u = nibbles2x16(p0 + 4, half ? p0 + 4 : p0 + 24);
+    ch.w = nibbles2x16(p0 + 4, half ? p0 + 4 : p0 + 24);
     scales(st, static_cast<int>(c % 4), ch);
   }
 };
-struct Q8_0F : Legacy512<34, 128, false> {
+struct Q8_0F : Legacy512<34, false> {
   GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool half, const Group512& st, Chunk512& ch) {
     const uint8_t* p0 = row + c * 2 * 34;
     const uint8_t* p1 = half ? p0 : p0 + 34;
-    const __m512i v = _mm512_inserti64x4(
+    ch.w = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + 2))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + 2)), 1);
-    ch.u = _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
     scales(st, static_cast<int>(c % 4), ch);
   }
 };
 // Q5_0 / Q5_1: the fifth bits of two blocks are bits 0..63 of one mask (bit i = column i).
 template <int kBytes, int kOff, bool kMin>
-struct Q5F : Legacy512<kBytes, kOff, kMin> {
+struct Q5F : Legacy512<kBytes, kMin> {
   GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool half, const Group512& st, Chunk512& ch) {
     constexpr int qh_at = kMin ? 4 : 2, qs_at = qh_at + 4;
     const uint8_t* p0 = row + c * 2 * kBytes;
@@ -133,8 +146,9 @@ struct Q5F : Legacy512<kBytes, kOff, kMin> {
     std::memcpy(&h0, p0 + qh_at, 4);
     std::memcpy(&h1, p1 + qh_at, 4);
     const __mmask64 bits = static_cast<__mmask64>(h0) | static_cast<__mmask64>(h1) << 32;
-    ch.u = _mm512_or_si512(nibbles2x16(p0 + qs_at, p1 + qs_at), _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(0x10)));
-    Legacy512<kBytes, kOff, kMin>::scales(st, static_cast<int>(c % 4), ch);
+    ch.w = _mm512_or_si512(nibbles2x16(p0 + qs_at, p1 + qs_at), _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(0x10)));
+    if constexpr (kOff != 0) ch.w = _mm512_sub_epi8(ch.w, _mm512_set1_epi8(kOff));
+    Legacy512<kBytes, kMin>::scales(st, static_cast<int>(c % 4), ch);
   }
 };
 using Q5_0F = Q5F<22, 16, false>;
@@ -143,7 +157,6 @@ using Q5_1F = Q5F<24, 0, true>;
 // Q4_K: super-blocks of 256 = four chunks; chunk q holds sub-blocks 2q (low nibbles) and 2q + 1.
 struct Q4_KF {
   static constexpr int kChunkBytes = 36;
-  static constexpr int kOffset = 0;
   static constexpr bool kHasMin = true;
   GRAFT_F512 static void group(const uint8_t*, int64_t, int64_t, Group512&) {}
   GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool, const Group512&, Chunk512& ch) {
@@ -153,7 +166,7 @@ struct Q4_KF {
     uint8_t sc0, m0, sc1, m1;
     q4k_scale_min(sb + 4, 2 * q, &sc0, &m0);
     q4k_scale_min(sb + 4, 2 * q + 1, &sc1, &m1);
-    ch.u = nibbles32(sb + 16 + 32 * q);
+    ch.w = nibbles32(sb + 16 + 32 * q);
     ch.a = halves(d * static_cast<float>(sc0), d * static_cast<float>(sc1));
     ch.b = pairs(-(dmin * static_cast<float>(m0)), -(dmin * static_cast<float>(m1)));
   }
@@ -163,7 +176,6 @@ struct Q4_KF {
 // ql[64h .. 64h + 63] with qh bits 0,1 / 2,3, q odd the high nibbles with bits 4,5 / 6,7.
 struct Q6_KF {
   static constexpr int kChunkBytes = 52;
-  static constexpr int kOffset = 32;
   static constexpr bool kHasMin = false;
   GRAFT_F512 static void group(const uint8_t*, int64_t, int64_t, Group512&) {}
   GRAFT_F512 static void chunk(const uint8_t* row, int64_t c, bool, const Group512&, Chunk512& ch) {
@@ -176,7 +188,7 @@ struct Q6_KF {
     const __m512i hb = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(qh, s0)),
                                           _mm256_srli_epi16(qh, s0 + 2), 1);
     const __m512i high = _mm512_slli_epi16(_mm512_and_si512(hb, _mm512_set1_epi8(0x03)), 4);
-    ch.u = _mm512_or_si512(low, high);
+    ch.w = _mm512_sub_epi8(_mm512_or_si512(low, high), _mm512_set1_epi8(32));
     const auto* scales = reinterpret_cast<const int8_t*>(sb + 192) + 4 * q;
     const __m128 sc4 = _mm_cvtepi32_ps(_mm_setr_epi32(scales[0], scales[1], scales[2], scales[3]));
     const __m512 sc = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
@@ -185,32 +197,23 @@ struct Q6_KF {
   }
 };
 
-// One chunk of 64 columns (a half chunk when Half) against R activation rows. The rows are at fixed
-// strides from one base per array (few live pointers: the accumulators stay in registers).
+// One chunk of 64 columns (a half chunk when Half) against R activation rows: px is the chunk's
+// first record (rows 128 bytes apart), ps the group's s16 records (formats with a min).
 template <class F, int R, bool Half>
-GRAFT_F512 void chunk_step(const uint8_t* row, int64_t c, int64_t k, const int8_t* xq, const float* xd,
-                           const int32_t* xs, const float* s16, Group512& st, __m128& b_even, __m512 (&acc)[R],
-                           __m256 (&macc)[R]) {
-  const int64_t qs = k, ds = k / 4, ss = k / 16;  // row strides of q, d4 / x4neg, s16
+GRAFT_F512 void chunk_step(const uint8_t* row, int64_t c, int64_t k, const uint8_t* px, const float* ps,
+                           Group512& st, __m128& b_even, __m512 (&acc)[R], __m256 (&macc)[R]) {
   Chunk512 ch;
   _mm_prefetch(reinterpret_cast<const char*>(row) + c * F::kChunkBytes + kPrefetchAhead, _MM_HINT_T0);
   if (c % 4 == 0) F::group(row, c / 4, k, st);
   F::chunk(row, c, Half, st, ch);
+  // −128·Σ q_w per lane: the activations' +128, removed where each row's sum starts.
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(0x80)), ch.w));
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    __m512i x, s4 = _mm512_setzero_si512();
-    __m512 d4;
-    if constexpr (!Half) {
-      x = _mm512_loadu_si512(xq + r * qs + c * 64);
-      d4 = _mm512_loadu_ps(xd + r * ds + c * 16);
-      if constexpr (F::kOffset != 0) s4 = _mm512_loadu_si512(xs + r * ds + c * 16);
-    } else {
-      x = _mm512_maskz_loadu_epi8(0xffffffffull, xq + r * qs + c * 64);
-      d4 = _mm512_maskz_loadu_ps(0x00ff, xd + r * ds + c * 16);
-      if constexpr (F::kOffset != 0) s4 = _mm512_maskz_loadu_epi32(0x00ff, xs + r * ds + c * 16);
-    }
-    // Σ u·x − off·Σ x: the integer accumulator starts at −off·Σ x (x4corr; exact in int32).
-    const __m512i sum = _mm512_dpbusd_epi32(s4, ch.u, x);
+    const __m512i x = _mm512_load_si512(px + r * 128);
+    const __m512 d4 = _mm512_load_ps(px + r * 128 + 64);
+    const __m512i sum = _mm512_dpbusd_epi32(corr, x, ch.w);
     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ch.a, d4), acc[r]);
   }
   if constexpr (F::kHasMin) {
@@ -221,18 +224,18 @@ GRAFT_F512 void chunk_step(const uint8_t* row, int64_t c, int64_t k, const int8_
       const int64_t g0 = (c - c % 2) * 4, groups = k / 16 - g0;  // groups of this 8-lane step
       const __mmask8 mask = groups >= 8 ? 0xff : static_cast<__mmask8>((1u << groups) - 1);
       const __m256 b = _mm256_maskz_mov_ps(mask, _mm256_set_m128(c % 2 ? ch.b : _mm_setzero_ps(), b_even));
+      const float* s = ps + (c / 2) * R * 8;  // zero past k / 16
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_maskz_loadu_ps(mask, s16 + r * ss + g0), macc[r]);
+      for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_load_ps(s + r * 8), macc[r]);
     }
   }
 }
 
 template <class F, int R>
 GRAFT_F512_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, float* out) {
-  const int8_t* xq = act.q.data() + i0 * k;
-  const float* xd = act.d4.data() + i0 * k / 4;
-  const int32_t* xs = F::kOffset != 0 ? act.x4corr.data() + i0 * k / 4 : nullptr;
-  const float* s16 = act.s16.data() + i0 * k / 16;
+  const int64_t chunks = (k + 63) / 64, pairs = (chunks + 1) / 2;
+  const uint8_t* px = act.x8_records() + i0 * chunks * 128;
+  const float* ps = F::kHasMin ? act.s8.data() + i0 * pairs * 8 : nullptr;
   __m512 acc[R];
   __m256 macc[R];
 #pragma GCC unroll 8
@@ -243,8 +246,9 @@ GRAFT_F512_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations
   __m128 b_even = _mm_setzero_ps();  // the min term's values of the even chunk of the current 8 groups
   Group512 st;
   const int64_t full = k / 64;
-  for (int64_t c = 0; c < full; ++c) chunk_step<F, R, false>(row, c, k, xq, xd, xs, s16, st, b_even, acc, macc);
-  if (k % 64) chunk_step<F, R, true>(row, full, k, xq, xd, xs, s16, st, b_even, acc, macc);
+  for (int64_t c = 0; c < full; ++c)
+    chunk_step<F, R, false>(row, c, k, px + c * R * 128, ps, st, b_even, acc, macc);
+  if (k % 64) chunk_step<F, R, true>(row, full, k, px + full * R * 128, ps, st, b_even, acc, macc);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     float v = hsum16(acc[r]);

@@ -13,6 +13,7 @@
 //   - rows of a prefill against the same rows alone, and 1 against 3 threads: exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -87,6 +88,34 @@ TEST(MatmulQ8, UnpackEqualsDequantization) {
       if (f->has_min) ASSERT_TRUE(q[c] >= 0 && q[c] < 32) << dtype_name(t);  // maddubs needs codes < 128
     }
   }
+}
+
+// The rule of llama.cpp's quantize_row_q8_0, written plainly: the vectorized quantizer must give
+// these bytes and scales exactly (ties of x·id round to even, as nearbyint does).
+TEST(MatmulQ8, ActivationQuantizationFollowsTheScalarRule) {
+  const int64_t m = 5, k = 96;
+  auto x = random_x(m, k, 29);
+  for (int t = 0; t < 32; ++t) x[64 + t] = static_cast<float>(t - 16) * 0.5f;  // ties: ±127·(j/32)...
+  x[64] = -8.0f;                                                               // the block's max|x| on a negative
+  for (int t = 0; t < 32; ++t) x[96 + t] = t % 2 ? 1e-30f : -3e-38f;           // tiny values
+  Q8Activations a;
+  ThreadPool pool(3);
+  quantize_activations(x.data(), m, k, a, &pool);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c0 = 0; c0 < k; c0 += 32) {
+      const float* xb = &x[i * k + c0];
+      float amax = 0.0f;
+      for (int t = 0; t < 32; ++t) amax = std::max(amax, std::fabs(xb[t]));
+      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int32_t sum[2] = {0, 0};
+      for (int t = 0; t < 32; ++t) {
+        const auto q = static_cast<int8_t>(std::clamp(std::nearbyint(xb[t] * id), -127.0f, 127.0f));
+        ASSERT_EQ(a.q[i * k + c0 + t], q) << "row " << i << " column " << c0 + t;
+        sum[t / 16] += q;
+      }
+      for (int l = 0; l < 8; ++l) ASSERT_EQ(a.d4[(i * k + c0) / 4 + l], d);
+      for (int g = 0; g < 2; ++g) ASSERT_EQ(a.s16[(i * k + c0) / 16 + g], d * static_cast<float>(sum[g]));
+    }
 }
 
 TEST(MatmulQ8, KernelsEqualTheirScalarModelBitForBit) {
