@@ -203,6 +203,15 @@ void Q8Activations::pack_rows8(bool with_min, ThreadPool* pool) {
         for (int64_t c = 0; c < chunks; ++c) {
           uint8_t* rec = base + (g0 * chunks + c * rows + r) * 128;
           const int64_t cols = std::min<int64_t>(64, k - c * 64);
+          if (cols == 64) {
+            const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+            for (int h = 0; h < 2; ++h)
+              _mm256_storeu_si256(reinterpret_cast<__m256i*>(rec + 32 * h),
+                                  _mm256_xor_si256(flip, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                                             &q[i * k + c * 64 + 32 * h]))));
+            std::memcpy(rec + 64, &d4[(i * k + c * 64) / 4], 16 * sizeof(float));
+            continue;
+          }
           for (int64_t t = 0; t < 64; ++t)
             rec[t] = static_cast<uint8_t>((t < cols ? static_cast<uint8_t>(q[i * k + c * 64 + t]) : 0) ^ 0x80u);
           auto* d = reinterpret_cast<float*>(rec + 64);

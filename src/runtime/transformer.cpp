@@ -182,18 +182,8 @@ void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const Seq
       const int64_t first = c.sliding_window ? std::max<int64_t>(0, ri.pos - *c.sliding_window + 1) : 0;
       const int64_t n = ri.pos + 1 - first;
       scores.resize(static_cast<size_t>(n));
-      const float* qh = q + r * c.q_dim() + h * hd;
-      for (int64_t j = 0; j < n; ++j) {
-        const float* kj = cache.key(layer, first + j) + kvh * hd;
-        scores[j] = dot(qh, kj, hd) * scale;
-      }
-      softmax(scores.data(), n);
-      float* o = out + r * c.q_dim() + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* vj = cache.value(layer, first + j) + kvh * hd;
-        axpy(scores[j], vj, o, hd);
-      }
+      attend(q + r * c.q_dim() + h * hd, cache.key(layer, first) + kvh * hd, cache.value(layer, first) + kvh * hd,
+             cache.kv_dim(), n, hd, scale, scores.data(), out + r * c.q_dim() + h * hd);
     }
   });
 }

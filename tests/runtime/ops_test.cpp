@@ -120,5 +120,21 @@ TEST(Ops, AddAxpyScaleDot) {
   }
 }
 
+// attend is dot, softmax and axpy fused (out kept in registers): the same bits, for head sizes with
+// and without a tail past the 64-column register blocks, and keys/values strided as in a KV cache.
+TEST(Ops, AttendEqualsDotSoftmaxAxpy) {
+  for (int64_t hd : {8, 40, 64, 72, 128}) {
+    const int64_t n = 37, stride = 3 * hd + 5;
+    const auto q = randv(hd, 11), k = randv(n * stride, 12), v = randv(n * stride, 13);
+    const float scl = 1.0f / std::sqrt(static_cast<float>(hd));
+    std::vector<float> ref_s(n), ref(hd, 0.0f), got_s(n), got(hd, -1.0f);
+    for (int64_t j = 0; j < n; ++j) ref_s[j] = dot(q.data(), &k[j * stride], hd) * scl;
+    softmax(ref_s.data(), n);
+    for (int64_t j = 0; j < n; ++j) axpy(ref_s[j], &v[j * stride], ref.data(), hd);
+    attend(q.data(), k.data(), v.data(), stride, n, hd, scl, got_s.data(), got.data());
+    for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(got[i], ref[i]) << "hd " << hd << " element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace graft::runtime

@@ -26,6 +26,13 @@ void scale(float* x, float a, int64_t n);
 // Σ a[i] * b[i] with F32 accumulation.
 float dot(const float* a, const float* b, int64_t n);
 
+// One query row's attention over n positions whose keys and values are `stride` floats apart:
+// scores[j] = dot(q, k_j, hd)·scale, softmax, out = Σ_j scores[j]·v_j. The same operations, in the
+// same order, as dot, softmax and a zeroed out followed by axpy per position (so the same bits);
+// out is kept in registers 64 columns at a time. scores holds n floats.
+void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t hd, float scale,
+            float* scores, float* out);
+
 // e^x for n values, vectorized (relative error within ~2 ulp of expf; overflow to +inf, underflow
 // through the subnormals to 0, NaN kept). out may alias x.
 void exp_f32(const float* x, float* out, int64_t n);
