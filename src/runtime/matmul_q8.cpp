@@ -130,6 +130,10 @@ Q8Dot q8_dot(Q8Kernel k) {
 }
 
 namespace {
+// Below this many activations, quantizing or packing on the calling thread is cheaper than a
+// dispatch (a server step of eight rows would pay two more synchronizations per matmul).
+constexpr int64_t kSplitWork = 32 * 1024;
+
 // One block of 32: q = clamp(round(x·id), ±127) with id = 127 / max|x| (the scalar rule, in
 // AVX2: the product and the rounding are the same IEEE operations), d4 the block scale eight times,
 // s16 = d·Σ q over each half (exact integer sums).
@@ -179,7 +183,7 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
       for (int64_t c0 = 0; c0 < k; c0 += 32)
         quantize_block(x + i * k + c0, &a.q[i * k + c0], &a.d4[(i * k + c0) / 4], &a.s16[(i * k + c0) / 16]);
   };
-  if (pool && m > 1)
+  if (pool && m * k >= kSplitWork)
     pool->parallel_for(m, rows);
   else
     rows(0, m);
@@ -226,7 +230,7 @@ void Q8Activations::pack_rows8(bool with_min, ThreadPool* pool) {
     }
   };
   const int64_t groups = (m + 7) / 8;
-  if (pool && groups > 1)
+  if (pool && groups > 1 && m * k >= kSplitWork)
     pool->parallel_for(groups, pack);
   else
     pack(0, groups);

@@ -226,7 +226,7 @@ GRAFT_F512 void chunk_step(const uint8_t* row, int64_t c, int64_t k, const uint8
       const __m256 b = _mm256_maskz_mov_ps(mask, _mm256_set_m128(c % 2 ? ch.b : _mm_setzero_ps(), b_even));
       const float* s = ps + (c / 2) * R * 8;  // zero past k / 16
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_load_ps(s + r * 8), macc[r]);
+      for (int r = 0; r < R; ++r) macc[r] = _mm256_fmadd_ps(b, _mm256_loadu_ps(s + r * 8), macc[r]);
     }
   }
 }

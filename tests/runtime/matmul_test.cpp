@@ -181,5 +181,47 @@ TEST(Matmul, ReportsIsa) {
   std::printf("[ note ] matmul kernels: %s\n", isa.c_str());
 }
 
+// The adapter up-projection follows its documented order exactly: per column, fma over k
+// ascending from 0, then y += s·sum; for F32 and BF16 Bᵀ, column ranges that start and end off the
+// 8- and 32-column blocks.
+TEST(LoraUpAdd, EqualsTheDocumentedSumBitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t r = 8, cols = 101;
+  std::vector<float> btf(static_cast<size_t>(r * cols)), low(static_cast<size_t>(r));
+  for (float& v : btf) v = nd(rng);
+  for (float& v : low) v = nd(rng);
+  std::vector<uint8_t> f32(btf.size() * 4), b16(btf.size() * 2);
+  std::memcpy(f32.data(), btf.data(), f32.size());
+  for (size_t i = 0; i < btf.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &btf[i], 4);
+    const auto h = static_cast<uint16_t>(u >> 16);  // truncation: the test needs exact BF16 values only
+    std::memcpy(&b16[2 * i], &h, 2);
+    u = static_cast<uint32_t>(h) << 16;
+    std::memcpy(&btf[i], &u, 4);  // the widened BF16 value, for both references below
+  }
+  for (DType t : {DType::F32, DType::BF16}) {
+    const Tensor bt = t == DType::F32 ? Tensor::owned(t, {r, cols}, f32) : Tensor::owned(t, {r, cols}, b16);
+    for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, 101}, {3, 70}, {33, 41}, {64, 96}}) {
+      std::vector<float> y(static_cast<size_t>(c1 - c0), 0.25f), ref = y;
+      lora_up_add(bt, low.data(), 0.75f, c0, c1, y.data());
+      for (int64_t c = c0; c < c1; ++c) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < r; ++k) {
+          uint32_t u;
+          std::memcpy(&u, &f32[(k * cols + c) * 4], 4);
+          if (t == DType::BF16) u &= 0xffff0000u;
+          float b;
+          std::memcpy(&b, &u, 4);
+          acc = std::fma(low[k], b, acc);
+        }
+        ref[c - c0] += 0.75f * acc;
+      }
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << dtype_name(t) << " column " << c0 + i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace graft::runtime
