@@ -125,6 +125,49 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
     matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
 }
 
+void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> targets) {
+  if (targets.size() == 1) return matmul(pool, x, m, *targets[0].w, targets[0].y, false, targets[0].epilogue);
+  if (targets.empty() || m == 0) return;
+  const int64_t k = targets[0].w->cols;
+  // Each target's preparation, and its first column in the concatenated column space.
+  std::vector<DType> block_types;
+  std::vector<AffinePrepared> affine(targets.size());
+  std::vector<int64_t> start(targets.size() + 1, 0);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const model::Matrix& w = *targets[i].w;
+    if (w.cols != k) fail_as(ErrorKind::kInternal, "matmul_many: targets of ", k, " and ", w.cols, " columns");
+    if (w.quantized())
+      affine[i] = prepare_affine(x, m, k, w.quant);
+    else if (dtype_is_quantized(w.dense.dtype))
+      block_types.push_back(w.dense.dtype);
+    else
+      check_args("matmul", x, m, k, w.dense, targets[i].y);
+    start[i + 1] = start[i] + w.rows;
+  }
+  const detail::Q8Kernel q8 = detail::best_q8_kernel();
+  detail::Q8Activations act;
+  if (!block_types.empty()) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
+  const detail::Isa isa = detail::best_isa();
+  const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * k));
+  pool.parallel_for(
+      start.back(),
+      [&](int64_t g0, int64_t g1) {
+        for (size_t i = 0; i < targets.size(); ++i) {
+          const int64_t j0 = std::max(g0, start[i]) - start[i], j1 = std::min(g1, start[i + 1]) - start[i];
+          if (j0 >= j1) continue;
+          const model::Matrix& w = *targets[i].w;
+          if (w.quantized())
+            affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
+          else if (dtype_is_quantized(w.dense.dtype))
+            detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
+          else
+            detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
+          if (targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
+        }
+      },
+      grain);
+}
+
 const char* matmul_q8_kernel() { return detail::q8_kernel_name(detail::best_q8_kernel()); }
 
 const char* matmul_isa() { return detail::best_isa() == detail::Isa::Avx512 ? "avx512" : "avx2"; }

@@ -152,37 +152,55 @@ void affine_cols_any(const float* xp, int64_t m, int64_t k, const AffineQuantize
 
 }  // namespace
 
-void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const AffineQuantized& w, float* y,
-                   bool accumulate, const ColumnEpilogue* epilogue) {
+AffinePrepared prepare_affine(const float* x, int64_t m, int64_t k, const AffineQuantized& w) {
   if (w.bits != 4 && w.bits != 8) fail("matmul_affine: ", w.bits, "-bit weights are not supported (4 or 8)");
   if (w.cols != k || k % w.group_size != 0 || w.group_size % 32 != 0)
     fail("matmul_affine: weight [", w.rows, ", ", w.cols, "] (group ", w.group_size, ") does not match k = ", k);
-  if (m == 0 || w.rows == 0) return;
+  // k is a multiple of the group size (>= 32), so of 32 8-bit codes; 4-bit blocks hold 64 codes.
+  if (w.bits == 4 && k % 64 != 0) fail("matmul_affine: 4-bit rows of ", k, " columns are not whole 64-code blocks");
+  AffinePrepared p;
+  p.m = m;
+  p.k = k;
+  p.group_size = w.group_size;
+  p.bits = w.bits;
   const int64_t groups = k / w.group_size;
   // Per-row, per-group sums of x (the bias term), in ascending column order.
-  std::vector<float> xsum(static_cast<size_t>(m * groups));
+  p.xsum.resize(static_cast<size_t>(m * groups));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t gi = 0; gi < groups; ++gi) {
       float s = 0.0f;
       for (int64_t c = gi * w.group_size; c < (gi + 1) * w.group_size; ++c) s += x[i * k + c];
-      xsum[i * groups + gi] = s;
+      p.xsum[i * groups + gi] = s;
     }
-  // k is a multiple of the group size (>= 32), so of 32 8-bit codes; 4-bit blocks hold 64 codes.
-  if (w.bits == 4 && k % 64 != 0) fail("matmul_affine: 4-bit rows of ", k, " columns are not whole 64-code blocks");
-  std::vector<float> xp(static_cast<size_t>(m * k));
+  p.xp.resize(static_cast<size_t>(m * k));
   if (w.bits == 4)
-    permute_x<4>(x, m, k, xp.data());
+    permute_x<4>(x, m, k, p.xp.data());
   else
-    permute_x<8>(x, m, k, xp.data());
-  const int64_t n = w.rows;
+    permute_x<8>(x, m, k, p.xp.data());
+  return p;
+}
+
+void affine_cols(const AffinePrepared& p, const AffineQuantized& w, float* y, bool accumulate, int64_t j0, int64_t j1) {
+  if (p.bits != w.bits || p.group_size != w.group_size || p.k != w.cols)
+    fail_as(ErrorKind::kInternal, "affine_cols: prepared for another weight layout");
+  if (w.bits == 4)
+    affine_cols_any<4>(p.xp.data(), p.m, p.k, w, p.xsum.data(), y, j0, j1, accumulate);
+  else
+    affine_cols_any<8>(p.xp.data(), p.m, p.k, w, p.xsum.data(), y, j0, j1, accumulate);
+}
+
+void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const AffineQuantized& w, float* y,
+                   bool accumulate, const ColumnEpilogue* epilogue) {
+  if (m == 0 || w.rows == 0) {
+    prepare_affine(x, 0, k, w);  // the same checks
+    return;
+  }
+  const AffinePrepared p = prepare_affine(x, m, k, w);
   const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
   pool.parallel_for(
-      n,
+      w.rows,
       [&](int64_t j0, int64_t j1) {
-        if (w.bits == 4)
-          affine_cols_any<4>(xp.data(), m, k, w, xsum.data(), y, j0, j1, accumulate);
-        else
-          affine_cols_any<8>(xp.data(), m, k, w, xsum.data(), y, j0, j1, accumulate);
+        affine_cols(p, w, y, accumulate, j0, j1);
         if (epilogue) (*epilogue)(j0, j1);
       },
       grain);

@@ -287,51 +287,68 @@ Q8FusedRows q8_fused(Q8Kernel k, DType t) {
   }
 }
 
-void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k, const Tensor& w,
-                   float* y, bool accumulate, const ColumnEpilogue* epilogue, bool allow_fused) {
-  const QuantFormat* fmt = quant_format(w.dtype);
-  if (!fmt) fail_as(ErrorKind::kInternal, "matmul_blocks: ", dtype_name(w.dtype), " is not a GGUF block format");
-  const int64_t n = w.shape[0];
-  if (k % dtype_block_elems(w.dtype) != 0)
-    fail("matmul: ", dtype_name(w.dtype), " weight rows of ", k, " columns are not whole blocks");
-  if (m == 0 || n == 0) return;
-  Q8Activations act;
+namespace {
+void check_blocks(DType t, int64_t k) {
+  if (!quant_format(t)) fail_as(ErrorKind::kInternal, "matmul_blocks: ", dtype_name(t), " is not a GGUF block format");
+  if (k % dtype_block_elems(t) != 0)
+    fail("matmul: ", dtype_name(t), " weight rows of ", k, " columns are not whole blocks");
+}
+}  // namespace
+
+void prepare_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k,
+                    std::span<const DType> types, Q8Activations& act, bool allow_fused) {
+  for (DType t : types) check_blocks(t, k);
   quantize_activations(x, m, k, act, &pool);
-  const Q8Dot dot = q8_dot(kernel);
-  const Q8FusedRows fused = allow_fused ? q8_fused_for_rows(kernel, w.dtype, m) : nullptr;
+  bool pack = false, with_min = false;
+  for (DType t : types) {
+    if (!allow_fused || !q8_fused_needs_pack(kernel, t, m)) continue;
+    pack = true;
+    with_min = with_min || quant_format(t)->has_min;
+  }
+  if (pack) act.pack_rows8(with_min, &pool);
+}
+
+void blocks_cols(Q8Kernel kernel, const Q8Activations& act, const Tensor& w, float* y, bool accumulate, int64_t j0,
+                 int64_t j1, bool allow_fused) {
+  const QuantFormat* fmt = quant_format(w.dtype);
+  const int64_t m = act.m, k = act.k, n = w.shape[0];
   const int64_t row_bytes = dtype_bytes(w.dtype, k);
   const auto* base = static_cast<const uint8_t*>(w.data);
-  const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
-  if (fused) {
-    const int max_rows = q8_fused_max_rows(kernel);
-    if (q8_fused_needs_pack(kernel, w.dtype, m)) act.pack_rows8(fmt->has_min, &pool);
-    pool.parallel_for(
-        n,
-        [&](int64_t j0, int64_t j1) {
-          fused_cols(fused, max_rows, base, row_bytes, k, act, m, n, j0, j1, y, accumulate);
-          if (epilogue) (*epilogue)(j0, j1);
-        },
-        grain);
+  if (const Q8FusedRows fused = allow_fused ? q8_fused_for_rows(kernel, w.dtype, m) : nullptr) {
+    fused_cols(fused, q8_fused_max_rows(kernel), base, row_bytes, k, act, m, n, j0, j1, y, accumulate);
     return;
   }
+  const Q8Dot dot = q8_dot(kernel);
+  std::vector<int8_t> q(static_cast<size_t>(k));
+  std::vector<float> a4(static_cast<size_t>(k / 4)), b16(static_cast<size_t>(k / 16));
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = base + j * row_bytes;
+    // Decode streams each weight byte once: ask for the bytes 4 KiB ahead (rows are
+    // contiguous), as the dense kernels do; prefetches past the end never fault.
+    for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + 4096 + o, 0, 3);
+    fmt->unpack(row, k, q.data(), a4.data(), b16.data());
+    for (int64_t i = 0; i < m; ++i) {
+      float v = dot(q.data(), a4.data(), &act.q[i * k], &act.d4[i * k / 4], k, !fmt->has_min);
+      if (fmt->has_min) v += q8_min_term(b16.data(), &act.s16[i * k / 16], k / 16);
+      float& out = y[i * n + j];
+      out = accumulate ? out + v : v;
+    }
+  }
+}
+
+void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k, const Tensor& w,
+                   float* y, bool accumulate, const ColumnEpilogue* epilogue, bool allow_fused) {
+  check_blocks(w.dtype, k);
+  const int64_t n = w.shape[0];
+  if (m == 0 || n == 0) return;
+  Q8Activations act;
+  const DType types[] = {w.dtype};
+  prepare_blocks(pool, kernel, x, m, k, types, act, allow_fused);
+  const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
   pool.parallel_for(
       n,
       [&](int64_t j0, int64_t j1) {
-        std::vector<int8_t> q(static_cast<size_t>(k));
-        std::vector<float> a4(static_cast<size_t>(k / 4)), b16(static_cast<size_t>(k / 16));
-        for (int64_t j = j0; j < j1; ++j) {
-          const uint8_t* row = base + j * row_bytes;
-          // Decode streams each weight byte once: ask for the bytes 4 KiB ahead (rows are
-          // contiguous), as the dense kernels do; prefetches past the end never fault.
-          for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + 4096 + o, 0, 3);
-          fmt->unpack(row, k, q.data(), a4.data(), b16.data());
-          for (int64_t i = 0; i < m; ++i) {
-            float v = dot(q.data(), a4.data(), &act.q[i * k], &act.d4[i * k / 4], k, !fmt->has_min);
-            if (fmt->has_min) v += q8_min_term(b16.data(), &act.s16[i * k / 16], k / 16);
-            float& out = y[i * n + j];
-            out = accumulate ? out + v : v;
-          }
-        }
+        blocks_cols(kernel, act, w, y, accumulate, j0, j1, allow_fused);
         if (epilogue) (*epilogue)(j0, j1);
       },
       grain);

@@ -1,6 +1,7 @@
 #include "graft/runtime/transformer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "graft/core/error.h"
@@ -28,6 +29,9 @@ void apply_rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const 
   }
 }
 
+constexpr Projection kQkv[] = {Projection::Q, Projection::K, Projection::V};
+constexpr Projection kGateUp[] = {Projection::Gate, Projection::Up};
+
 struct RowInfo {
   int64_t seq;  // index into the batch
   int64_t pos;  // absolute position in that sequence
@@ -51,87 +55,122 @@ Transformer::Transformer(const model::ModelConfig& config, const model::ModelWei
 // x·Aᵀ run first, once per adapter over its gathered rows (whatever the number of sequences); the
 // up-projections are applied by the worker that computed each block of output columns, right
 // after its base product and the bias (PEFT and mlx-lm add the term to the biased output), so
-// the adapter adds no pass over y and no extra thread dispatch.
+// the adapter adds no pass over y and no extra thread dispatch. Projections of one x (q/k/v,
+// gate/up) share the gathered rows, one dispatch for all their down passes and one matmul_many.
 void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
                           const RowGroups& groups) {
+  const Projection ps[] = {p};
+  float* const ys[] = {y};
+  project_many(pool, layer, ps, x, m, ys, groups);
+}
+
+void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const Projection> ps, const float* x,
+                               int64_t m, std::span<float* const> ys, const RowGroups& groups) {
   const model::LayerWeights* L = layer >= 0 ? &weights_.layers[layer] : nullptr;
-  const model::Matrix* w = nullptr;
-  const Tensor* bias = nullptr;
-  switch (p) {
-    case Projection::Q: w = &L->q; bias = &L->q_bias; break;
-    case Projection::K: w = &L->k; bias = &L->k_bias; break;
-    case Projection::V: w = &L->v; bias = &L->v_bias; break;
-    case Projection::O: w = &L->o; break;
-    case Projection::Gate: w = &L->gate; break;
-    case Projection::Up: w = &L->up; break;
-    case Projection::Down: w = &L->down; break;
-    case Projection::LmHead: w = &weights_.lm_head; break;
+  struct Target {
+    const model::Matrix* w = nullptr;
+    const Tensor* bias = nullptr;
+    bool has_bias = false, any_dora = false;
+    size_t first = 0, last = 0;  // its terms in `active`
+  };
+  std::vector<Target> targets(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    Target& t = targets[i];
+    switch (ps[i]) {
+      case Projection::Q: t.w = &L->q; t.bias = &L->q_bias; break;
+      case Projection::K: t.w = &L->k; t.bias = &L->k_bias; break;
+      case Projection::V: t.w = &L->v; t.bias = &L->v_bias; break;
+      case Projection::O: t.w = &L->o; break;
+      case Projection::Gate: t.w = &L->gate; break;
+      case Projection::Up: t.w = &L->up; break;
+      case Projection::Down: t.w = &L->down; break;
+      case Projection::LmHead: t.w = &weights_.lm_head; break;
+    }
+    t.has_bias = t.bias && t.bias->data;
   }
-  const int64_t in = w->cols, out = w->rows;
-  const bool has_bias = bias && bias->data;
+  const int64_t in = targets[0].w->cols;
 
   // Down-projections: low[i, :] = x[rows_i] · Aᵀ for each active term.
   struct Active {
     const LoraTerm* term;
     const AdapterRows* rows;
     std::vector<float> low;  // [rows, r]
+    const float* xs;         // the adapter's rows of x
   };
   std::vector<Active> active;
-  bool any_dora = false;
-  const int64_t site = p == Projection::LmHead ? config_.num_layers : layer;
+  const int64_t site = layer < 0 ? config_.num_layers : layer;
   std::vector<std::vector<float>> gathered(groups.size());
-  std::vector<const float*> inputs;  // per active term: its adapter's rows of x
-  for (size_t a = 0; a < groups.size(); ++a) {
-    const AdapterRows& ar = groups[a];
-    const auto& terms = groups.adapter(a).at(site, p);
-    if (terms.empty() || ar.rows.empty()) continue;
-    const int64_t n = static_cast<int64_t>(ar.rows.size());
-    const float* xs = x;
-    if (!(ar.rows.front() == 0 && ar.rows.back() == n - 1)) {  // not all rows, in order: gather
-      gathered[a].resize(static_cast<size_t>(n * in));
-      for (int64_t i = 0; i < n; ++i) std::copy(x + ar.rows[i] * in, x + (ar.rows[i] + 1) * in, &gathered[a][i * in]);
-      xs = gathered[a].data();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    targets[i].first = active.size();
+    for (size_t a = 0; a < groups.size(); ++a) {
+      const AdapterRows& ar = groups[a];
+      const auto& terms = groups.adapter(a).at(site, ps[i]);
+      if (terms.empty() || ar.rows.empty()) continue;
+      const int64_t n = static_cast<int64_t>(ar.rows.size());
+      const float* xs = x;
+      if (!(ar.rows.front() == 0 && ar.rows.back() == n - 1)) {  // not all rows, in order: gather (once)
+        if (gathered[a].empty()) {
+          gathered[a].resize(static_cast<size_t>(n * in));
+          for (int64_t r = 0; r < n; ++r) std::copy(x + ar.rows[r] * in, x + (ar.rows[r] + 1) * in, &gathered[a][r * in]);
+        }
+        xs = gathered[a].data();
+      }
+      for (const LoraTerm& t : terms) {
+        active.push_back({&t, &ar, std::vector<float>(static_cast<size_t>(n * t.low_width())), xs});
+        targets[i].any_dora = targets[i].any_dora || t.dora;
+      }
     }
-    for (const LoraTerm& t : terms) {
-      active.push_back({&t, &ar, std::vector<float>(static_cast<size_t>(n * t.low_width()))});
-      inputs.push_back(xs);
-      any_dora = any_dora || t.dora;
-    }
+    targets[i].last = active.size();
   }
-  auto down = [&](int64_t i) {
-    Active& act = active[static_cast<size_t>(i)];
-    lora_term_down(pool, *act.term, inputs[static_cast<size_t>(i)], static_cast<int64_t>(act.rows->rows.size()), in,
-                   *w, act.low.data(), act.rows->scales);
+  // DoRA's first use reads its projection's base weight: give each term its own.
+  auto down_for = [&](int64_t i) {
+    for (size_t t = 0; t < targets.size(); ++t)
+      if (static_cast<size_t>(i) >= targets[t].first && static_cast<size_t>(i) < targets[t].last) {
+        Active& act = active[static_cast<size_t>(i)];
+        lora_term_down(pool, *act.term, act.xs, static_cast<int64_t>(act.rows->rows.size()), in, *targets[t].w,
+                       act.low.data(), act.rows->scales);
+        return;
+      }
   };
   if (active.size() == 1) {
-    down(0);  // one term: its own rows split over the pool
+    down_for(0);  // one term: its own rows split over the pool
   } else if (!active.empty()) {
-    // Several adapters (a server step mixing them): one dispatch for all their down passes, each
-    // run whole by one thread (a nested parallel_for runs inline; the results do not depend on the
-    // split). One dispatch per adapter cost 8 adapters x 7 projections x 30 layers syncs a step.
+    // Several terms (adapters mixed in a server step, or several projections): one dispatch for
+    // all their down passes, each run whole by one thread (a nested parallel_for runs inline; the
+    // results do not depend on the split). One dispatch per term cost 8 adapters x 7 projections
+    // x 30 layers synchronizations a step.
     pool.parallel_for(static_cast<int64_t>(active.size()), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) down(i);
+      for (int64_t i = b; i < e; ++i) down_for(i);
     });
   }
 
   // A DoRA term rescales what comes before it but never the bias (PEFT and mlx-lm add the bias
   // after the rescale), so with DoRA active the bias comes last.
-  const ColumnEpilogue epilogue = [&](int64_t j0, int64_t j1) {
-    auto add_bias = [&] {
-      const float* b = bias->as<float>();
-      for (int64_t r = 0; r < m; ++r)
-        for (int64_t j = j0; j < j1; ++j) y[r * out + j] += b[j];
+  std::vector<ColumnEpilogue> epilogues(ps.size());
+  std::vector<MatmulTarget> mm(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Target& t = targets[i];
+    float* y = ys[i];
+    const int64_t out = t.w->rows;
+    epilogues[i] = [&, y, out, i](int64_t j0, int64_t j1) {
+      const Target& t = targets[i];
+      auto add_bias = [&] {
+        const float* b = t.bias->as<float>();
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t j = j0; j < j1; ++j) y[r * out + j] += b[j];
+      };
+      if (t.has_bias && !t.any_dora) add_bias();
+      for (size_t a = t.first; a < t.last; ++a) {
+        const Active& act = active[a];
+        const int64_t width = act.term->low_width();
+        for (size_t r = 0; r < act.rows->rows.size(); ++r)
+          lora_term_up(*act.term, &act.low[r * width], act.rows->scales[r], j0, j1, y + act.rows->rows[r] * out);
+      }
+      if (t.has_bias && t.any_dora) add_bias();
     };
-    if (has_bias && !any_dora) add_bias();
-    for (const Active& act : active) {
-      const int64_t width = act.term->low_width();
-      for (size_t i = 0; i < act.rows->rows.size(); ++i)
-        lora_term_up(*act.term, &act.low[i * width], act.rows->scales[i], j0, j1, y + act.rows->rows[i] * out);
-    }
-    if (has_bias && any_dora) add_bias();
-  };
-  const ColumnEpilogue* ep = (has_bias || !active.empty()) ? &epilogue : nullptr;
-  matmul(pool, x, m, *w, y, false, ep);
+    mm[i] = {t.w, y, (t.has_bias || t.first < t.last) ? &epilogues[i] : nullptr};
+  }
+  matmul_many(pool, x, m, mm);
 }
 
 // Input rows: the embedding row of each token (dequantized when the embedding is quantized) plus
@@ -268,9 +307,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const model::LayerWeights& L = weights_.layers[l];
     norm_rows(x.data(), L.attn_norm, xn.data());
-    project(pool, l, Projection::Q, xn.data(), T, q.data(), groups);
-    project(pool, l, Projection::K, xn.data(), T, k.data(), groups);
-    project(pool, l, Projection::V, xn.data(), T, v.data(), groups);
+    project_many(pool, l, kQkv, xn.data(), T, std::array<float*, 3>{q.data(), k.data(), v.data()}, groups);
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         float* qr = &q[r * QD];
@@ -293,8 +330,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     add(x.data(), tmp.data(), T * H);
 
     norm_rows(x.data(), L.mlp_norm, xn.data());
-    project(pool, l, Projection::Gate, xn.data(), T, gate.data(), groups);
-    project(pool, l, Projection::Up, xn.data(), T, up.data(), groups);
+    project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) silu_mul(&gate[r * F], &up[r * F], F, &gate[r * F]);
     });

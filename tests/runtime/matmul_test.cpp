@@ -2,10 +2,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <vector>
 
 #include "graft/core/error.h"
+#include "graft/core/gguf_blocks.h"
+#include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
 #include "runtime/matmul_internal.h"
 
@@ -221,6 +224,72 @@ TEST(LoraUpAdd, EqualsTheDocumentedSumBitForBit) {
       for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << dtype_name(t) << " column " << c0 + i;
     }
   }
+}
+
+// q/k/v and gate/up run as one matmul_many: every target's output equals its own matmul() bit
+// for bit, for each weight storage (dense F32/BF16, GGUF blocks of several types sharing one
+// activation quantization, mlx affine), and each epilogue sees each of its columns exactly once.
+TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t k = 256;
+  auto dense = [&](DType t, int64_t n) {
+    std::vector<float> f(static_cast<size_t>(n * k));
+    for (float& v : f) v = nd(rng) * 0.1f;
+    std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(t, n * k)));
+    convert_from_f32(f.data(), t, bytes.data(), n * k);
+    return Tensor::owned(t, {n, k}, std::move(bytes));
+  };
+  auto blocks = [&](DType t, int64_t n) {  // random codes, small finite f16 scales
+    std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(t, n * k)));
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng() & 0xff);
+    const int64_t bb = dtype_block_bytes(t);
+    for (int64_t b = 0; b < static_cast<int64_t>(bytes.size()) / bb; ++b)
+      for (int off : gguf_block_f16_fields(t)) {
+        const uint16_t h = f32_to_f16(nd(rng) * 0.01f);
+        std::memcpy(&bytes[b * bb + off], &h, 2);
+      }
+    return Tensor::owned(t, {n, k}, std::move(bytes));
+  };
+  const std::vector<std::vector<model::Matrix>> sets = {
+      {model::Matrix::of(dense(DType::F32, 24)), model::Matrix::of(dense(DType::BF16, 9))},
+      {model::Matrix::of(blocks(DType::Q4_K, 40)), model::Matrix::of(blocks(DType::Q6_K, 8)),
+       model::Matrix::of(blocks(DType::Q8_0, 13))},
+      {model::Matrix::of(blocks(DType::Q4_0, 16)), model::Matrix::of(blocks(DType::Q4_1, 5))},
+      {model::Matrix::of(quantize_affine(dense(DType::F32, 17), 4, 64, DType::BF16)),
+       model::Matrix::of(dense(DType::BF16, 6))},
+  };
+  for (int threads : {1, 3})
+    for (int64_t m : {1, 3, 9}) {
+      ThreadPool pool(threads);
+      std::vector<float> x(static_cast<size_t>(m * k));
+      for (float& v : x) v = nd(rng);
+      for (const auto& set : sets) {
+        std::vector<std::vector<float>> ys, refs;
+        std::vector<std::vector<int>> seen;
+        for (const auto& w : set) {
+          ys.emplace_back(static_cast<size_t>(m * w.rows), -7.0f);
+          refs.emplace_back(static_cast<size_t>(m * w.rows), -7.0f);
+          seen.emplace_back(static_cast<size_t>(w.rows), 0);
+          matmul(pool, x.data(), m, w, refs.back().data());
+        }
+        std::mutex mu;
+        std::vector<ColumnEpilogue> eps;
+        for (size_t i = 0; i < set.size(); ++i)
+          eps.push_back([&, i](int64_t j0, int64_t j1) {
+            std::lock_guard<std::mutex> lk(mu);
+            for (int64_t j = j0; j < j1; ++j) ++seen[i][static_cast<size_t>(j)];
+          });
+        std::vector<MatmulTarget> targets;
+        for (size_t i = 0; i < set.size(); ++i) targets.push_back({&set[i], ys[i].data(), &eps[i]});
+        matmul_many(pool, x.data(), m, targets);
+        for (size_t i = 0; i < set.size(); ++i) {
+          for (size_t e = 0; e < ys[i].size(); ++e)
+            ASSERT_EQ(ys[i][e], refs[i][e]) << "target " << i << " m " << m << " threads " << threads << " at " << e;
+          for (int c : seen[i]) ASSERT_EQ(c, 1) << "target " << i;
+        }
+      }
+    }
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
@@ -62,6 +64,28 @@ namespace graft::runtime {
 // element is summed in one fixed order, so results do not depend on m or the thread count.
 void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const AffineQuantized& w, float* y,
                    bool accumulate = false, const ColumnEpilogue* epilogue = nullptr);
+
+// matmul_affine in two steps (matmul_many runs several weights on one x in one dispatch): x's
+// group sums and slot-major copy, then output columns [j0, j1) of a weight with the same k, bits
+// and group size.
+struct AffinePrepared {
+  int64_t m = 0, k = 0, group_size = 0;
+  int bits = 0;
+  std::vector<float> xsum, xp;
+};
+AffinePrepared prepare_affine(const float* x, int64_t m, int64_t k, const AffineQuantized& w);
+void affine_cols(const AffinePrepared& p, const AffineQuantized& w, float* y, bool accumulate, int64_t j0, int64_t j1);
+
+// Several matmuls on the same x (a layer's q/k/v, or gate/up) in one dispatch: each weight's
+// per-call preparation done once (GGUF block weights share one activation quantization), then one
+// parallel pass over all their output columns, each target's epilogue on its own columns. Every
+// result equals matmul()'s for that target alone (kernels do not depend on the column cut).
+struct MatmulTarget {
+  const model::Matrix* w;
+  float* y;
+  const ColumnEpilogue* epilogue = nullptr;
+};
+void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> targets);
 
 // The up-projection of an unfused adapter term on output columns [c0, c1):
 //   y[c - c0] += s · Σ_k low[k] · bt[k, c]   (k ascending, one F32 sum per column, then scaled)

@@ -59,8 +59,11 @@ class Transformer {
     const LoraAdapter& adapter(size_t a) const { return *set->adapters[a]; }
   };
   // Every projection goes through here: y[m, out] = x[m, in] · Wᵀ (+ bias) + the adapter terms.
+  // Projections of the same x (q/k/v, gate/up) go together: one dispatch for all of them.
   void project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
                const RowGroups& groups);
+  void project_many(ThreadPool& pool, int64_t layer, std::span<const Projection> ps, const float* x, int64_t m,
+                    std::span<float* const> ys, const RowGroups& groups);
   void embed_rows(std::span<const SequenceInput> batch, float* x, const RowGroups& groups);
   void attention(ThreadPool& pool, int64_t layer, std::span<const SequenceInput> batch, const float* q,
                  float* out);
