@@ -263,14 +263,22 @@ void fused_cols(Q8FusedRows fused, int max_rows, const uint8_t* base, int64_t ro
   }
 }
 }  // namespace
+// Up to how many activation rows AVX-512 CPUs run the 256-bit code of the 16-lane model (same
+// bits). Default 0: since the activations are packed, the 512-bit kernel is faster even for one
+// row (hot Q4_0 decode, 576x1536: 61-75 -> 49-50 us); GRAFT_Q8_AVX2_ROWS=2 brings the old choice
+// back for comparisons.
+const int64_t kAvx2Rows = [] {
+  const char* e = std::getenv("GRAFT_Q8_AVX2_ROWS");
+  return e ? std::atoll(e) : 0;
+}();
 
 bool q8_fused_needs_pack(Q8Kernel k, DType t, int64_t m) {
-  return k == Q8Kernel::Avx512Vnni && m > 2 && q8_fused(k, t) != nullptr;
+  return k == Q8Kernel::Avx512Vnni && m > kAvx2Rows && q8_fused(k, t) != nullptr;
 }
 
 Q8FusedRows q8_fused_for_rows(Q8Kernel k, DType t, int64_t m) {
   Q8FusedRows f = q8_fused(k, t);
-  if (f && k == Q8Kernel::Avx512Vnni && m <= 2) f = q8_fused_avx2_16lane(t);
+  if (f && k == Q8Kernel::Avx512Vnni && m <= kAvx2Rows) f = q8_fused_avx2_16lane(t);
   return f;
 }
 

@@ -77,9 +77,9 @@ Q8FusedRows q8_fused_avx512vnni(DType t);   // 16 lanes
 // The AVX-512 fused kernels read the packed records: call act.pack_rows8 before them (matmul_blocks
 // does when q8_fused_needs_pack says so), and call them with i0 a multiple of 8.
 bool q8_fused_needs_pack(Q8Kernel k, DType t, int64_t m);
-// The kernel for a call with this many activation rows: with AVX-512, one or two rows run the
-// 256-bit code of the same 16-lane model (it has less per-row overhead; the bits are the same, so a
-// row's result does not depend on how many rows share the call).
+// The kernel for a call with this many activation rows: with AVX-512, the 512-bit kernel (or, for
+// m <= GRAFT_Q8_AVX2_ROWS, default 0, the 256-bit code of the same 16-lane model: the bits are the
+// same, so a row's result does not depend on how many rows share the call).
 Q8FusedRows q8_fused_for_rows(Q8Kernel k, DType t, int64_t m);
 
 // matmul_blocks in two steps, so that several block weights on the same x (q/k/v, gate/up) share
