@@ -243,8 +243,16 @@ namespace {
 // (with their scales and sums, about 24 KiB: they stay in L1 while every weight row of the range
 // passes over them, each weight row read from L2 once per tile), each weight chunk unpacked once
 // per max_rows activation rows.
-void fused_cols(Q8FusedRows fused, int max_rows, const uint8_t* base, int64_t row_bytes, int64_t k,
-                const Q8Activations& act, int64_t m, int64_t n, int64_t j0, int64_t j1, float* y, bool accumulate) {
+void fused_cols(Q8FusedRows fused, Q8FusedWeightRows fused4, int max_rows, const uint8_t* base, int64_t row_bytes,
+                int64_t k, const Q8Activations& act, int64_t m, int64_t n, int64_t j0, int64_t j1, float* y,
+                bool accumulate) {
+  if (m == 1 && fused4) {  // decode: four weight rows per call
+    float v[4];
+    for (; j0 + 4 <= j1; j0 += 4) {
+      fused4(base + j0 * row_bytes, row_bytes, k, act, 0, v);
+      for (int w = 0; w < 4; ++w) y[j0 + w] = accumulate ? y[j0 + w] + v[w] : v[w];
+    }
+  }
   const int64_t tile = std::max<int64_t>(max_rows, (8 * 1024 / k) / max_rows * max_rows);
   float v[8];
   for (int64_t i0 = 0; i0 < m; i0 += tile) {
@@ -323,7 +331,9 @@ void blocks_cols(Q8Kernel kernel, const Q8Activations& act, const Tensor& w, flo
   const int64_t row_bytes = dtype_bytes(w.dtype, k);
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (const Q8FusedRows fused = allow_fused ? q8_fused_for_rows(kernel, w.dtype, m) : nullptr) {
-    fused_cols(fused, q8_fused_max_rows(kernel), base, row_bytes, k, act, m, n, j0, j1, y, accumulate);
+    const Q8FusedWeightRows fused4 =
+        kernel == Q8Kernel::Avx512Vnni && m > kAvx2Rows ? q8_fused4_avx512vnni(w.dtype) : nullptr;
+    fused_cols(fused, fused4, q8_fused_max_rows(kernel), base, row_bytes, k, act, m, n, j0, j1, y, accumulate);
     return;
   }
   const Q8Dot dot = q8_dot(kernel);

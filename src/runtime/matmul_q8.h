@@ -74,6 +74,12 @@ int q8_fused_max_rows(Q8Kernel k);         // 8 with AVX-512 (32 vector register
 Q8FusedRows q8_fused_avx2(DType t);         // 8 lanes: AVX2 and AVX-VNNI
 Q8FusedRows q8_fused_avx2_16lane(DType t);  // AVX2 code, the 16-lane model (same bits as the next)
 Q8FusedRows q8_fused_avx512vnni(DType t);   // 16 lanes
+// One activation row (decode) against four consecutive weight rows (row0, row0 + row_bytes, ...):
+// out[w] = the fused kernel's value for weight row w, bit for bit. AVX512-VNNI only.
+using Q8FusedWeightRows = void (*)(const uint8_t* row0, int64_t row_bytes, int64_t k, const Q8Activations& act,
+                                   int64_t i0, float* out);
+Q8FusedWeightRows q8_fused4_avx512vnni(DType t);
+
 // The AVX-512 fused kernels read the packed records: call act.pack_rows8 before them (matmul_blocks
 // does when q8_fused_needs_pack says so), and call them with i0 a multiple of 8.
 bool q8_fused_needs_pack(Q8Kernel k, DType t, int64_t m);
