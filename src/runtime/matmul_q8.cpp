@@ -3,6 +3,7 @@
 // with every activation row: decode streams the rows once, prefill reuses each unpacked row across
 // all prompt rows).
 #include "runtime/matmul_q8.h"
+#include "runtime/q8_simd.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -70,9 +71,7 @@ float q8_min_term(const float* b16, const float* s16, int64_t groups) {
     const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(groups - g)), lane);
     acc = _mm256_fmadd_ps(_mm256_maskload_ps(b16 + g, mask), _mm256_maskload_ps(s16 + g, mask), acc);
   }
-  float l[8];
-  _mm256_storeu_ps(l, acc);
-  return hsum8(l);
+  return hsum8(acc);  // q8_simd.h: the same tree as the scalar hsum8
 }
 
 const char* q8_kernel_name(Q8Kernel k) {
