@@ -46,6 +46,7 @@ struct Avx2 {
   GRAFT_KATTR static V load(const f16_t* p, M rem) { return _mm256_cvtph_ps(tail16(p, rem)); }
 
   // ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7))
+  static constexpr bool kHsum8 = false;  // one tree per accumulator
   GRAFT_KATTR static float hsum(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

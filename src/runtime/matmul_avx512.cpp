@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "runtime/matmul_internal.h"
+#include "runtime/q8_simd.h"
 
 namespace graft::runtime::detail {
 namespace {
@@ -41,6 +42,10 @@ struct Avx512 {
   GRAFT_KATTR static V load(const f16_t* p, M m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   }
+
+  // hsum of eight accumulators at once (q8_simd.h's hsum16x8: the same tree as hsum below).
+  static constexpr bool kHsum8 = true;
+  GRAFT_KATTR static void hsum8(const V (&v)[8], float* out) { _mm256_storeu_ps(out, hsum16x8(v)); }
 
   // (((l0+l8) + (l4+l12)) + ((l2+l10) + (l6+l14))) + (... odd lanes ...): halves, then quarters.
   GRAFT_KATTR static float hsum(V v) {

@@ -231,35 +231,6 @@ GRAFT_F512 void chunk_step(const uint8_t* row, int64_t c, int64_t k, const uint8
   }
 }
 
-// hsum8 of eight 8-lane vectors at once, as eight [P01, P23, P45, P67] pairs (P01 = [v0, v1]): the
-// same additions in the same association as hsum8 (float addition is commutative, so operand order
-// does not matter), transposed so that each step serves every row. Returns the eight sums in lanes
-// 0..7.
-GRAFT_F512 __m256 hsum8x8(const __m512 (&p)[4]) {
-  // (l_i + l_{i+4}) for i < 4: rows 0..3 in q0, rows 4..7 in q1, four lanes each.
-  const __m512 q0 = _mm512_add_ps(_mm512_shuffle_f32x4(p[0], p[1], 0x88), _mm512_shuffle_f32x4(p[0], p[1], 0xdd));
-  const __m512 q1 = _mm512_add_ps(_mm512_shuffle_f32x4(p[2], p[3], 0x88), _mm512_shuffle_f32x4(p[2], p[3], 0xdd));
-  // (g0 + g2, g1 + g3): 128-bit chunk c holds row c in lanes 0, 1 and row c + 4 in lanes 2, 3.
-  const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(q0, q1, 0x44), _mm512_shuffle_ps(q0, q1, 0xee));
-  const __m512 x = _mm512_add_ps(w, _mm512_permute_ps(w, 0xb1));
-  return _mm512_castps512_ps256(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0), x));
-}
-// hsum16 of eight accumulators: lane i + lane i + 8 first, two rows per step.
-GRAFT_F512 __m256 hsum16x8(const __m512 (&a)[8]) {
-  __m512 p[4];
-  for (int t = 0; t < 4; ++t)
-    p[t] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0x44),
-                         _mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0xee));
-  return hsum8x8(p);
-}
-GRAFT_F512 __m256 hsum8x8(const __m256 (&m)[8]) {
-  __m512 p[4];
-  for (int t = 0; t < 4; ++t)
-    p[t] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(m[2 * t])),
-                                               _mm256_castps_pd(m[2 * t + 1]), 1));
-  return hsum8x8(p);
-}
-
 template <class F, int R>
 GRAFT_F512_FN void fused_rows(const uint8_t* row, int64_t k, const Q8Activations& act, int64_t i0, float* out) {
   const int64_t chunks = (k + 63) / 64, pairs = (chunks + 1) / 2;

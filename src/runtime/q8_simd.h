@@ -1,7 +1,7 @@
-// Internal to the runtime layer: SIMD pieces shared by the GGUF unpackers and the q8 kernels. The
-// horizontal sums are the fixed trees every kernel's scalar model uses, so kernels that share them
-// agree bit for bit. AVX2/FMA/F16C is the build's baseline ISA; hsum16 needs AVX-512 and is only
-// called from functions compiled for it.
+// Internal to the runtime layer: SIMD pieces shared by the GGUF unpackers, the q8 kernels and the
+// dense kernels' final sums. The horizontal sums are the fixed trees every kernel's scalar model
+// uses, so kernels that share them agree bit for bit. AVX2/FMA/F16C is the build's baseline ISA;
+// hsum16 and the eight-at-once trees need AVX-512 and are only called from functions compiled for it.
 #pragma once
 #include <immintrin.h>
 
@@ -24,6 +24,38 @@ __attribute__((target("avx512f,avx2,fma"))) inline float hsum16(__m512 v) {
                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
   return hsum8(h);
 }
+
+#define GRAFT_SIMD512 __attribute__((target("avx512f,avx2,fma"), always_inline)) inline
+// hsum8 of eight 8-lane vectors at once, as eight [P01, P23, P45, P67] pairs (P01 = [v0, v1]): the
+// same additions in the same association as hsum8 (float addition is commutative, so operand order
+// does not matter), transposed so that each step serves every row. Returns the eight sums in lanes
+// 0..7.
+GRAFT_SIMD512 __m256 hsum8x8(const __m512 (&p)[4]) {
+  // (l_i + l_{i+4}) for i < 4: rows 0..3 in q0, rows 4..7 in q1, four lanes each.
+  const __m512 q0 = _mm512_add_ps(_mm512_shuffle_f32x4(p[0], p[1], 0x88), _mm512_shuffle_f32x4(p[0], p[1], 0xdd));
+  const __m512 q1 = _mm512_add_ps(_mm512_shuffle_f32x4(p[2], p[3], 0x88), _mm512_shuffle_f32x4(p[2], p[3], 0xdd));
+  // (g0 + g2, g1 + g3): 128-bit chunk c holds row c in lanes 0, 1 and row c + 4 in lanes 2, 3.
+  const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(q0, q1, 0x44), _mm512_shuffle_ps(q0, q1, 0xee));
+  const __m512 x = _mm512_add_ps(w, _mm512_permute_ps(w, 0xb1));
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0), x));
+}
+// hsum16 of eight accumulators: lane i + lane i + 8 first, two rows per step.
+GRAFT_SIMD512 __m256 hsum16x8(const __m512 (&a)[8]) {
+  __m512 p[4];
+  for (int t = 0; t < 4; ++t)
+    p[t] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0x44),
+                         _mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0xee));
+  return hsum8x8(p);
+}
+GRAFT_SIMD512 __m256 hsum8x8(const __m256 (&m)[8]) {
+  __m512 p[4];
+  for (int t = 0; t < 4; ++t)
+    p[t] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(m[2 * t])),
+                                               _mm256_castps_pd(m[2 * t + 1]), 1));
+  return hsum8x8(p);
+}
+
+#undef GRAFT_SIMD512
 
 // 16 bytes of nibbles: element i is the low nibble of byte i, element 16 + i the high one.
 inline __m256i nibbles16(const uint8_t* qs) {
