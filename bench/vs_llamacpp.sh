@@ -23,7 +23,10 @@
 # LLAMA_REPACK_PP (1 keeps llama.cpp's repacked/AMX weight buffers on where more than one token
 # goes through a quantized file at once: prompt processing, time to first token, the LoRA runs; in
 # this project's VMs its AMX path dies with SIGILL there, so the default is 0 = --repack 0 / -nr.
-# Single-token decode (tg128) always runs with llama.cpp's default, repacking on).
+# Single-token decode (tg128) always runs with llama.cpp's default, repacking on), VS_ISA (native,
+# the default: both engines use the widest ISA of this CPU; avx2: llama.cpp built for AVX2/FMA/F16C
+# only, in build-avx2, and graft forced to its AVX2 kernels with GRAFT_MATMUL_ISA=avx2 and
+# GRAFT_Q8_KERNEL=avx2: what a machine without AVX-512 runs, measured on this one).
 set -euo pipefail
 ROUNDS=${1:-5}
 shift || true
@@ -46,11 +49,20 @@ if [ -z "${LLAMA_DIR:-}" ]; then
   fi
   LLAMA_DIR=$(ls -d "$WORK"/sdist/llama_cpp_python-*/vendor/llama.cpp | head -1)
 fi
-LB="$LLAMA_DIR/build-bench"
+VS_ISA=${VS_ISA:-native}
+case "$VS_ISA" in
+  native) LB="$LLAMA_DIR/build-bench"; ISA_FLAGS=(-DGGML_NATIVE=ON) ;;
+  avx2) LB="$LLAMA_DIR/build-avx2"
+        ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
+                   -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF
+                   -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+        export GRAFT_MATMUL_ISA=avx2 GRAFT_Q8_KERNEL=avx2 ;;
+  *) echo "VS_ISA must be native or avx2, got '$VS_ISA'" >&2; exit 2 ;;
+esac
 if [ ! -x "$LB/bin/llama-bench" ] || [ ! -x "$LB/bin/llama-completion" ] || [ ! -x "$LB/bin/llama-quantize" ]; then
   log "building llama.cpp in $LB (several minutes on 2 cores)"
   launcher=$(command -v ccache >/dev/null && echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" || true)
-  cmake -S "$LLAMA_DIR" -B "$LB" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  cmake -S "$LLAMA_DIR" -B "$LB" -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" -DLLAMA_CURL=OFF \
         -DLLAMA_BUILD_TESTS=OFF $launcher >/dev/null
   cmake --build "$LB" -j"$(nproc)" --target llama-bench llama-quantize llama-completion >/dev/null
 fi
