@@ -3,6 +3,10 @@
 
 #include <cstring>
 
+#include <type_traits>
+#include <vector>
+
+#include "graft/core/tensor.h"
 #include "runtime/matmul_internal.h"
 
 namespace graft::runtime::detail {

@@ -6,6 +6,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <type_traits>
+#include <vector>
+
+#include "graft/core/tensor.h"
 #include "runtime/matmul_internal.h"
 #include "runtime/q8_simd.h"
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "graft/core/tensor.h"
@@ -58,7 +59,7 @@ TEST(MatmulEmu16, MatchesReferenceExactAcrossSplits) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
-    for (int64_t m : {1, 3, 6, 9})
+    for (int64_t m : {1, 3, 6, 9, 18})  // 18: the widened prefill
       for (int64_t k : {1, 15, 16, 17, 31, 32, 33, 64, 100})
         for (int64_t n : {1, 3, 4, 9}) {
           std::vector<float> x(static_cast<size_t>(m * k)), wf(static_cast<size_t>(n * k));
