@@ -63,7 +63,10 @@ int run_generate(const GenerateArgs& a) {
     fail_as(ErrorKind::kBadRequest, "--ctx-size ", a.model.ctx_size, " exceeds the model's maximum context of ",
             m.config.max_position_embeddings, " tokens");
   const int64_t ctx = a.model.ctx_size > 0 ? a.model.ctx_size : std::min<int64_t>(4096, m.config.max_position_embeddings);
-  runtime::KVCache cache(m.config, ctx);
+  runtime::KVCache cache(m.config, ctx, cache_type(a.model));
+  std::fprintf(stderr, "kv cache: %s, %lld bytes per token, context %lld tokens\n",
+               std::string(runtime::kv_cache_type_name(cache.dtype())).c_str(),
+               static_cast<long long>(cache.bytes_per_position()), static_cast<long long>(ctx));
   engine::GenerateOptions g;
   g.max_tokens = a.max_tokens;
   g.sampling = a.sampling;

@@ -6,6 +6,7 @@
 #include "cli/progress.h"
 #include "graft/core/affine_quant.h"
 #include "graft/core/error.h"
+#include "graft/runtime/kv_cache.h"
 
 namespace graft::cli {
 
@@ -33,7 +34,24 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
       ->check(number_in(0, 4096))
       ->capture_default_str();
   app.add_option("-c,--ctx-size", a.ctx_size, ctx_help)->check(number_in(0, 1 << 24))->capture_default_str();
+  // One option for keys and values (llama.cpp has --cache-type-k/-v; graft stores both alike).
+  app.add_option("--cache-type", a.cache_type,
+                 "KV cache storage for keys and values: f32 | f16 | bf16 (16-bit: half the memory and attention "
+                 "bandwidth; attention computes in F32 on the rounded keys and values)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            try {
+              runtime::parse_kv_cache_type(s);
+            } catch (const Error&) {
+              return "'" + s + "' is not a KV cache type (allowed: f32, f16, bf16)";
+            }
+            return {};
+          },
+          "f32|f16|bf16"))
+      ->capture_default_str();
 }
+
+DType cache_type(const ModelArgs& a) { return runtime::parse_kv_cache_type(a.cache_type); }
 
 std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,
                                      const std::vector<std::string>& scaled, const char* scaled_opt) {

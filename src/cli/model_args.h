@@ -20,10 +20,11 @@ struct ModelArgs {
   bool fuse_requantize = false;
   int threads = 0;
   int64_t ctx_size = 0;
+  std::string cache_type = "f16";  // KV cache storage: f32 | f16 | bf16
 };
 
 // Registers -m/--model, --dtype, --q-bits, --q-group-size, --no-mmap, --merge-policy,
-// --fuse-requantize, -t/--threads and -c/--ctx-size (with the given help for --ctx-size).
+// --fuse-requantize, -t/--threads, -c/--ctx-size (with the given help for --ctx-size) and --cache-type.
 void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help);
 
 // "DIR[,DIR]" lists with scale 1 followed by "DIR:SCALE[,...]" lists, in that order.
@@ -33,6 +34,9 @@ std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, cons
 // Engine options from the model arguments (checked here), with a progress bar while loading.
 // The caller adds the registry's adapters and any adapters fused for good.
 engine::EngineOptions engine_options(const ModelArgs& a);
+
+// The KV cache type --cache-type names (checked when parsed).
+DType cache_type(const ModelArgs& a);
 
 // Prints what was fused and how many unfused terms were built (stderr).
 void report_adapters(engine::Engine& e, const engine::EngineOptions& o);

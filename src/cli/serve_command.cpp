@@ -23,6 +23,7 @@ int run_serve(ServeArgs& a) {
   o.fuse = a.server.fuse;
   o.init_without_apply = a.init_without_apply;
   a.server.ctx_size = a.model.ctx_size;
+  a.server.cache_type = cache_type(a.model);
   return server::run_server(a.server, o);
 }
 

@@ -1,14 +1,50 @@
 #include "graft/runtime/kv_cache.h"
 
 #include <algorithm>
+#include <cctype>
+#include <string>
 
 #include "graft/core/error.h"
+#include "graft/core/tensor.h"
+#include "graft/runtime/ops.h"
 
 namespace graft::runtime {
 
-KVCache::KVCache(const model::ModelConfig& c, int64_t capacity)
-    : capacity_(capacity), kv_dim_(c.kv_dim()), k_(c.num_layers), v_(c.num_layers) {
+DType parse_kv_cache_type(std::string_view name, std::string_view option) {
+  std::string s(name);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (s == "f32") return DType::F32;
+  if (s == "f16") return DType::F16;
+  if (s == "bf16") return DType::BF16;
+  fail_as(ErrorKind::kBadRequest, option, ": '", name, "' is not a KV cache type (allowed: f32, f16, bf16)");
+}
+
+std::string_view kv_cache_type_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    default: return "?";
+  }
+}
+
+KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, DType dtype)
+    : capacity_(capacity), kv_dim_(c.kv_dim()), dtype_(dtype) {
   if (capacity <= 0) fail("KV cache capacity must be positive, got ", capacity);
+  if (dtype == DType::F32) {
+    kf_.resize(static_cast<size_t>(c.num_layers));
+    vf_.resize(static_cast<size_t>(c.num_layers));
+  } else if (dtype == DType::F16 || dtype == DType::BF16) {
+    kh_.resize(static_cast<size_t>(c.num_layers));
+    vh_.resize(static_cast<size_t>(c.num_layers));
+  } else {
+    fail_as(ErrorKind::kBadRequest, "KV cache type ", dtype_name(dtype), " is not one of F32, F16, BF16");
+  }
+}
+
+int64_t KVCache::bytes_per_position() const {
+  const int64_t layers = static_cast<int64_t>(dtype_ == DType::F32 ? kf_.size() : kh_.size());
+  return 2 * layers * kv_dim_ * dtype_bytes(dtype_, 1);
 }
 
 void KVCache::reserve_more(int64_t n) {
@@ -18,8 +54,11 @@ void KVCache::reserve_more(int64_t n) {
   if (need <= allocated_) return;
   // Grow geometrically (at least 256 positions) to keep reallocations rare.
   const int64_t grown = std::min(capacity_, std::max({need, allocated_ * 2, int64_t{256}}));
-  for (auto& k : k_) k.resize(static_cast<size_t>(grown * kv_dim_));
-  for (auto& v : v_) v.resize(static_cast<size_t>(grown * kv_dim_));
+  const auto len = static_cast<size_t>(grown * kv_dim_);
+  for (auto* planes : {&kf_, &vf_})
+    for (auto& p : *planes) p.resize(len);
+  for (auto* planes : {&kh_, &vh_})
+    for (auto& p : *planes) p.resize(len);
   allocated_ = grown;
 }
 
@@ -29,5 +68,44 @@ void KVCache::advance(int64_t n) {
 }
 
 void KVCache::truncate(int64_t n) { size_ = std::min(size_, std::max<int64_t>(0, n)); }
+
+void KVCache::store(int64_t layer, int64_t pos, const float* key, const float* value) {
+  const auto at = static_cast<size_t>(pos * kv_dim_);
+  if (dtype_ == DType::F32) {
+    std::copy(key, key + kv_dim_, kf_[layer].data() + at);
+    std::copy(value, value + kv_dim_, vf_[layer].data() + at);
+  } else {
+    convert_from_f32(key, dtype_, kh_[layer].data() + at, kv_dim_);
+    convert_from_f32(value, dtype_, vh_[layer].data() + at, kv_dim_);
+  }
+}
+
+float KVCache::key_at(int64_t layer, int64_t pos, int64_t i) const {
+  const auto at = static_cast<size_t>(pos * kv_dim_ + i);
+  if (dtype_ == DType::F32) return kf_[layer][at];
+  return dtype_ == DType::F16 ? f16_to_f32(kh_[layer][at]) : bf16_to_f32(kh_[layer][at]);
+}
+
+float KVCache::value_at(int64_t layer, int64_t pos, int64_t i) const {
+  const auto at = static_cast<size_t>(pos * kv_dim_ + i);
+  if (dtype_ == DType::F32) return vf_[layer][at];
+  return dtype_ == DType::F16 ? f16_to_f32(vh_[layer][at]) : bf16_to_f32(vh_[layer][at]);
+}
+
+void attend_cached(const KVCache& cache, int64_t layer, int64_t first, int64_t n, int64_t offset, const float* q,
+                   int64_t hd, float scale, float* scores, float* out) {
+  const int64_t stride = cache.kv_dim();
+  switch (cache.dtype()) {
+    case DType::F32:
+      return attend(q, cache.key_f32(layer, first) + offset, cache.value_f32(layer, first) + offset, stride, n, hd,
+                    scale, scores, out);
+    case DType::F16:
+      return attend_f16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
+                        scale, scores, out);
+    default:
+      return attend_bf16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
+                         scale, scores, out);
+  }
+}
 
 }  // namespace graft::runtime

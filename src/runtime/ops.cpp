@@ -8,6 +8,8 @@
 #include <cmath>
 #include <limits>
 
+#include "graft/core/dtype.h"
+
 namespace graft::runtime {
 
 namespace {
@@ -76,24 +78,67 @@ void exp_f32(const float* x, float* out, int64_t n) {
 }
 
 namespace {
-// dot's body, inlined into attend's loop over positions (a call per position was 9 % of prefill).
-inline float dot_body(const float* a, const float* b, int64_t n) {
+// How attention's loops load keys and values of each storage type: 8 elements widened to F32
+// (exact for F16 and BF16), a masked tail of rem < 8 (zeros past it), one element.
+struct F32Rows {
+  using T = float;
+  static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static __m256 tail(const float* p, int64_t rem) { return _mm256_maskload_ps(p, tail_mask(rem)); }
+  static float at(const float* p) { return *p; }
+};
+struct F16Rows {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static __m256 tail(const uint16_t* p, int64_t rem) {
+    alignas(16) uint16_t b[8] = {};
+    std::copy(p, p + rem, b);
+    return load8(b);
+  }
+  static float at(const uint16_t* p) { return _cvtsh_ss(*p); }
+};
+struct BF16Rows {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static __m256 tail(const uint16_t* p, int64_t rem) {
+    alignas(16) uint16_t b[8] = {};
+    std::copy(p, p + rem, b);
+    return load8(b);
+  }
+  static float at(const uint16_t* p) { return bf16_to_f32(*p); }
+};
+
+// dot's body, inlined into attend's loop over positions (a call per position was 9 % of prefill);
+// b is read through L (F32 for dot itself).
+template <class L>
+inline float dot_body(const float* a, const typename L::T* b, int64_t n) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int u = 0; u < 4; ++u)
-      acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * u), _mm256_loadu_ps(b + i + 8 * u), acc[u]);
+      acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * u), L::load8(b + i + 8 * u), acc[u]);
   for (; i + 8 <= n; i += 8)
-    acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc[0]);
+    acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), L::load8(b + i), acc[0]);
   if (i < n) {
     const __m256i m = tail_mask(n - i);
-    acc[1] = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), acc[1]);
+    acc[1] = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), L::tail(b + i, n - i), acc[1]);
   }
   return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
+
+// axpy's body with x read through L.
+template <class L>
+inline void axpy_body(float a, const typename L::T* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, L::load8(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] = std::fma(a, L::at(x + i), y[i]);
+}
 }  // namespace
 
-float dot(const float* a, const float* b, int64_t n) { return dot_body(a, b, n); }
+float dot(const float* a, const float* b, int64_t n) { return dot_body<F32Rows>(a, b, n); }
 
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
   if (n <= 0) return;
@@ -160,17 +205,13 @@ void add(float* x, const float* y, int64_t n) {
   for (; i < n; ++i) x[i] += y[i];
 }
 
-void axpy(float a, const float* x, float* y, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
-}
+void axpy(float a, const float* x, float* y, int64_t n) { axpy_body<F32Rows>(a, x, y, n); }
 
-void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t hd, float scale,
-            float* scores, float* out) {
-  for (int64_t j = 0; j < n; ++j) scores[j] = dot_body(q, k + j * stride, hd) * scale;
+namespace {
+template <class L>
+void attend_rows(const float* q, const typename L::T* k, const typename L::T* v, int64_t stride, int64_t n, int64_t hd,
+                 float scale, float* scores, float* out) {
+  for (int64_t j = 0; j < n; ++j) scores[j] = dot_body<L>(q, k + j * stride, hd) * scale;
   softmax(scores, n);
   int64_t c = 0;
   for (; c + 64 <= hd; c += 64) {  // eight accumulators: each element's fma chain is axpy's
@@ -178,15 +219,31 @@ void attend(const float* q, const float* k, const float* v, int64_t stride, int6
     for (int u = 0; u < 8; ++u) o[u] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
       const __m256 s = _mm256_set1_ps(scores[j]);
-      const float* vj = v + j * stride + c;
-      for (int u = 0; u < 8; ++u) o[u] = _mm256_fmadd_ps(s, _mm256_loadu_ps(vj + 8 * u), o[u]);
+      const typename L::T* vj = v + j * stride + c;
+      for (int u = 0; u < 8; ++u) o[u] = _mm256_fmadd_ps(s, L::load8(vj + 8 * u), o[u]);
     }
     for (int u = 0; u < 8; ++u) _mm256_storeu_ps(out + c + 8 * u, o[u]);
   }
   if (c < hd) {
     std::fill(out + c, out + hd, 0.0f);
-    for (int64_t j = 0; j < n; ++j) axpy(scores[j], v + j * stride + c, out + c, hd - c);
+    for (int64_t j = 0; j < n; ++j) axpy_body<L>(scores[j], v + j * stride + c, out + c, hd - c);
   }
+}
+}  // namespace
+
+void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t hd, float scale,
+            float* scores, float* out) {
+  attend_rows<F32Rows>(q, k, v, stride, n, hd, scale, scores, out);
+}
+
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n, int64_t hd,
+                float scale, float* scores, float* out) {
+  attend_rows<F16Rows>(q, k, v, stride, n, hd, scale, scores, out);
+}
+
+void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n, int64_t hd,
+                 float scale, float* scores, float* out) {
+  attend_rows<BF16Rows>(q, k, v, stride, n, hd, scale, scores, out);
 }
 
 void scale(float* x, float a, int64_t n) {

@@ -236,8 +236,8 @@ void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const Seq
       const int64_t first = c.sliding_window ? std::max<int64_t>(0, ri.pos - *c.sliding_window + 1) : 0;
       const int64_t n = ri.pos + 1 - first;
       scores.resize(static_cast<size_t>(n));
-      attend(q + r * c.q_dim() + h * hd, cache.key(layer, first) + kvh * hd, cache.value(layer, first) + kvh * hd,
-             cache.kv_dim(), n, hd, scale, scores.data(), out + r * c.q_dim() + h * hd);
+      attend_cached(cache, layer, first, n, kvh * hd, q + r * c.q_dim() + h * hd, hd, scale, scores.data(),
+                    out + r * c.q_dim() + h * hd);
     }
   });
 }
@@ -321,8 +321,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
         apply_rope(qr, c.num_heads, c.head_dim, rows[r].pos, inv_freq_);
         apply_rope(kr, c.num_kv_heads, c.head_dim, rows[r].pos, inv_freq_);
         KVCache& cache = *batch[rows[r].seq].cache;
-        std::copy(kr, kr + KVD, cache.key(l, rows[r].pos));
-        std::copy(&v[r * KVD], &v[r * KVD] + KVD, cache.value(l, rows[r].pos));
+        cache.store(l, rows[r].pos, kr, &v[r * KVD]);  // rounded to the cache's type
       }
     });
     attention(pool, l, batch, q.data(), att.data());

@@ -249,6 +249,7 @@ void add_routes(httplib::Server& svr, State& st) {
     send_json(res, 200,
               json{{"default_generation_settings", json{{"n_ctx", st.slot_ctx}, {"params", params}}},
                    {"total_slots", st.scheduler->options().parallel},
+                   {"cache_type", std::string(runtime::kv_cache_type_name(st.scheduler->options().cache_type))},
                    {"model_alias", st.model_name},
                    {"model_path", st.model_path},
                    {"chat_template", st.chat ? st.chat->source() : std::string()},
@@ -433,10 +434,12 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
       so.slot_ctx = st.slot_ctx;
       so.batch_tokens = o.batch_size;
       so.queue_size = o.queue_size;
+      so.cache_type = o.cache_type;
       st.scheduler = std::make_unique<Scheduler>(*st.engine, so);
       st.ready = true;
-      std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, %zu adapter(s)%s)\n", o.parallel,
-                   static_cast<long long>(st.slot_ctx), st.engine->adapters().size(),
+      std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s)\n", o.parallel,
+                   static_cast<long long>(st.slot_ctx), std::string(runtime::kv_cache_type_name(o.cache_type)).c_str(),
+                   st.engine->adapters().size(),
                    st.engine->adapters().fused() ? ", fused" : "");
     } catch (const std::exception& e) {
       load_error = e.what();

@@ -29,7 +29,7 @@ JobEvent error_event(ErrorKind kind, const std::string& message) {
 
 Scheduler::Scheduler(engine::Engine& engine, SchedulerOptions options) : engine_(engine), opts_(options) {
   slots_.resize(static_cast<size_t>(std::max(1, opts_.parallel)));
-  for (auto& s : slots_) s.cache = std::make_unique<runtime::KVCache>(engine_.model().config, opts_.slot_ctx);
+  for (auto& s : slots_) s.cache = std::make_unique<runtime::KVCache>(engine_.model().config, opts_.slot_ctx, opts_.cache_type);
   stats_.adapter_requests.assign(engine_.adapters().size(), 0);
   stats_.kv_capacity = opts_.slot_ctx * static_cast<int64_t>(slots_.size());
   thread_ = std::thread([this] { loop(); });

@@ -27,6 +27,7 @@ struct SchedulerOptions {
   int64_t slot_ctx = 2048;    // context of each slot, tokens
   int64_t batch_tokens = 512; // rows of one step at most (decoding rows always run)
   size_t queue_size = 64;     // waiting requests beyond the slots
+  DType cache_type = runtime::kDefaultKVCacheType;  // KV cache storage of each slot
 };
 
 // What /metrics and /slots read (a consistent snapshot).

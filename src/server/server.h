@@ -5,6 +5,7 @@
 #include <string>
 
 #include "graft/engine/engine.h"
+#include "graft/runtime/kv_cache.h"
 
 namespace graft::server {
 
@@ -21,6 +22,7 @@ struct ServerOptions {
   size_t body_limit = 8u << 20;  // bytes
   bool metrics = false;
   bool fuse = false;             // adapters fused at load (--lora-fuse)
+  DType cache_type = runtime::kDefaultKVCacheType;  // KV cache storage of every slot (--cache-type)
 };
 
 // Checks the model and adapters, listens (answering /health with 503 while the model loads),

@@ -30,11 +30,11 @@ grep -q generate "$TMP/help" || fail "graft --help does not list generate"
 grep -q serve "$TMP/help" || fail "graft --help does not list serve"
 "$GRAFT" serve --help >"$TMP/help" || fail "graft serve --help"
 for opt in --model --host --port --ctx-size --parallel --threads --api-key --lora --adapter --lora-scaled \
-    --lora-init-without-apply --lora-fuse --metrics --alias --timeout --q-bits --no-mmap --merge-policy; do
+    --lora-init-without-apply --lora-fuse --metrics --alias --timeout --q-bits --no-mmap --merge-policy --cache-type; do
   grep -qF -- "$opt" "$TMP/help" || fail "serve --help lacks $opt"
 done
 "$GRAFT" generate --help >"$TMP/help" || fail "graft generate --help"
-for opt in --model --prompt --prompt-file --chat --system --max-tokens --temp --top-k --top-p --min-p --seed --threads --ctx-size; do
+for opt in --model --prompt --prompt-file --chat --system --max-tokens --temp --top-k --top-p --min-p --seed --threads --ctx-size --cache-type; do
   grep -qF -- "$opt" "$TMP/help" || fail "generate --help lacks $opt"
 done
 
@@ -47,6 +47,11 @@ echo '{"model_type": "llama",' >"$TMP/empty/config.json"
 expect_error bad-config-json "not valid JSON" -- generate -m "$TMP/empty" -p hi
 expect_error no-prompt "exactly one of --prompt and --prompt-file" 2 generate -m "$TMP/empty"
 expect_error bad-top-p "top-p" 2 generate -m "$TMP/empty" -p hi --top-p 1.5
+# --cache-type: f32 | f16 | bf16 (any case), refused while parsing (before any file is read).
+for bad in q8_0 f8 "" fp16; do
+  expect_error "bad-cache-type-$bad" "--cache-type: '$bad' is not a KV cache type (allowed: f32, f16, bf16)" 2 \
+    generate -m "$TMP/empty" -p hi --cache-type "$bad"
+done
 
 # Adapters: inspect and fuse on the tiny reference checkpoint with a real PEFT adapter.
 TINY=$SRC/tests/fixtures/models/llama_f32
@@ -184,6 +189,16 @@ if [ -f "$MODEL" ]; then
     || fail "generate on the demo model: $(cat "$TMP/err")"
   grep -q "Paris" "$TMP/out" || fail "greedy continuation lacks 'Paris': $(cat "$TMP/out")"
   grep -q "tokens/s" "$TMP/err" || fail "no speed report on stderr"
+  # The KV cache type is reported with its bytes per token (SmolLM2-135M: 30 layers x keys and values
+  # x 192 = 11520 elements): f16 by default, f32 and bf16 on request, each still greedy-correct here.
+  grep -q "^kv cache: f16, 23040 bytes per token" "$TMP/err" || fail "no default f16 cache report: $(cat "$TMP/err")"
+  for ct in f32:46080 bf16:23040 BF16:23040; do
+    "$GRAFT" generate -m "$MODEL" -p "The capital of France is" --temp 0 -n 8 -t 2 --cache-type "${ct%%:*}" \
+      >"$TMP/out" 2>"$TMP/err" || fail "generate --cache-type ${ct%%:*}: $(cat "$TMP/err")"
+    grep -q "^kv cache: $(echo "${ct%%:*}" | tr A-Z a-z), ${ct##*:} bytes per token" "$TMP/err" \
+      || fail "--cache-type ${ct%%:*} not reported: $(cat "$TMP/err")"
+    grep -q "Paris" "$TMP/out" || fail "--cache-type ${ct%%:*}: greedy continuation lacks 'Paris': $(cat "$TMP/out")"
+  done
   # Same seed, same sampled text; the stop string is honoured and not printed.
   "$GRAFT" generate -m "$MODEL" -p "Once upon a time" --temp 0.9 --seed 7 -n 12 >"$TMP/a" 2>/dev/null
   "$GRAFT" generate -m "$MODEL" -p "Once upon a time" --temp 0.9 --seed 7 -n 12 >"$TMP/b" 2>/dev/null

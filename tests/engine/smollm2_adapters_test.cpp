@@ -40,7 +40,7 @@ void expect_greedy(const model::LoadedModel& m, std::shared_ptr<const LoraSet> s
   const auto gaps = p[gap_key].get<std::vector<double>>();
   ThreadPool pool(2);
   Transformer t(m.config, m.weights, std::move(set));
-  KVCache cache(m.config, 512);
+  KVCache cache(m.config, 512, test::kReferenceCache);
   GenerateOptions g;
   g.max_tokens = static_cast<int64_t>(expect.size());
   g.sampling.temperature = 0;

@@ -43,7 +43,7 @@ TEST(SmolLM2, GreedyTokensMatchTransformers) {
     std::vector<int32_t> expect = p["greedy"].get<std::vector<int32_t>>();
     std::vector<double> gaps = p["top2_gap"].get<std::vector<double>>();
     ASSERT_EQ(expect.size(), 32u);
-    KVCache cache(m.config, 512);
+    KVCache cache(m.config, 512, test::kReferenceCache);  // the exact path: F32 weights and cache
     GenerateOptions g;
     g.max_tokens = 32;
     g.sampling.temperature = 0;

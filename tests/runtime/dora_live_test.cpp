@@ -132,7 +132,7 @@ TEST(DoraLive, MixedBatchAndLiveScaleChange) {
   Transformer t(m.config, m.weights, set);
   const float sc[3] = {1.0f, 0.5f, 0.0f};
   std::vector<KVCache> caches;
-  for (int i = 0; i < 3; ++i) caches.emplace_back(m.config, 8);
+  for (int i = 0; i < 3; ++i) caches.emplace_back(m.config, 8, test::kReferenceCache);  // as prompt_logits
   std::vector<SequenceInput> batch;
   for (int i = 0; i < 3; ++i) batch.push_back({&caches[i], ids, false, std::span(&sc[i], 1)});
   const std::vector<float> lg = t.forward(pool, batch);
@@ -146,7 +146,7 @@ TEST(DoraLive, MixedBatchAndLiveScaleChange) {
   const std::vector<float> base_lg = prompt_logits(m, nullptr, {}, ids);
   for (int64_t v = 0; v < V; ++v) ASSERT_EQ(lg[2 * V + v], base_lg[(ids.size() - 1) * V + v]);
   // Live change: prompt at 1.0, next token at 0.5 == a run whose last token used 0.5.
-  KVCache c1(m.config, 8), c2(m.config, 8);
+  KVCache c1(m.config, 8, test::kReferenceCache), c2(m.config, 8, test::kReferenceCache);
   float s1 = 1.0f;
   const std::vector<int32_t> head(ids.begin(), ids.end() - 1);
   const int32_t last = ids.back();
@@ -177,7 +177,7 @@ TEST(DoraLive, ManyScalesInOneBatch) {
   std::vector<SequenceInput> batch;
   for (int i = 0; i < kSeqs; ++i) {
     sc[i] = 0.25f + 0.125f * i;
-    caches.emplace_back(m.config, 8);
+    caches.emplace_back(m.config, 8, test::kReferenceCache);  // as prompt_logits
   }
   for (int i = 0; i < kSeqs; ++i) batch.push_back({&caches[i], ids, false, std::span(&sc[i], 1)});
   const std::vector<float> lg = t.forward(pool, batch);

@@ -6,6 +6,8 @@
 #include <random>
 #include <vector>
 
+#include "graft/core/dtype.h"
+#include "graft/core/tensor.h"
 #include "graft/runtime/ops.h"
 
 namespace graft::runtime {
@@ -134,6 +136,30 @@ TEST(Ops, AttendEqualsDotSoftmaxAxpy) {
     attend(q.data(), k.data(), v.data(), stride, n, hd, scl, got_s.data(), got.data());
     for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(got[i], ref[i]) << "hd " << hd << " element " << i;
   }
+}
+
+// attend_f16/attend_bf16 read 16-bit keys and values and widen them as they load: bit for bit attend
+// on the widened (F32) keys and values, for head sizes with a 64-column tail and with an odd tail
+// shorter than one vector (the 16-bit loads' copy path), strided as in a KV cache.
+TEST(Ops, Attend16BitEqualsAttendOnWidenedKeysAndValues) {
+  for (DType t : {DType::F16, DType::BF16})
+    for (int64_t hd : {8, 13, 40, 64, 77, 128}) {
+      const int64_t n = 37, stride = 3 * hd + 5;
+      const auto q = randv(hd, 21), k = randv(n * stride, 22), v = randv(n * stride, 23);
+      std::vector<uint16_t> k16(k.size()), v16(v.size());
+      convert_from_f32(k.data(), t, k16.data(), static_cast<int64_t>(k.size()));
+      convert_from_f32(v.data(), t, v16.data(), static_cast<int64_t>(v.size()));
+      std::vector<float> kw(k.size()), vw(v.size());
+      convert_to_f32(t, k16.data(), kw.data(), static_cast<int64_t>(k.size()));
+      convert_to_f32(t, v16.data(), vw.data(), static_cast<int64_t>(v.size()));
+      const float scl = 1.0f / std::sqrt(static_cast<float>(hd));
+      std::vector<float> ref_s(n), ref(hd), got_s(n), got(hd, -1.0f);
+      attend(q.data(), kw.data(), vw.data(), stride, n, hd, scl, ref_s.data(), ref.data());
+      (t == DType::F16 ? attend_f16 : attend_bf16)(q.data(), k16.data(), v16.data(), stride, n, hd, scl, got_s.data(),
+                                                   got.data());
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got_s[j], ref_s[j]) << dtype_name(t) << " hd " << hd << " score " << j;
+      for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(got[i], ref[i]) << dtype_name(t) << " hd " << hd << " element " << i;
+    }
 }
 
 }  // namespace

@@ -86,6 +86,7 @@ def test_models_props_tokenize_detokenize(server):
     assert {"n_vocab", "n_ctx_train", "n_embd", "n_params", "size"} <= set(m["data"][0]["meta"])
     p = server.get("/props").json()
     assert p["total_slots"] == 8 and p["default_generation_settings"]["n_ctx"] == 512
+    assert p["cache_type"] == "f16"  # the default --cache-type
     assert "{%" in p["chat_template"]
     t = server.post("/tokenize", {"content": "Hello world"}).json()["tokens"]
     assert all(isinstance(i, int) for i in t)
@@ -395,6 +396,8 @@ def test_lora_fuse_mode(server):
     (["--lora-scaled", PEFT + ":inf"], "not a finite number", 2),
     (["--lora", "/no/such/adapter"], "/no/such/adapter", 1),
     (["--lora-fuse", "--lora-init-without-apply", "--lora", PEFT], "exclude each other", 2),
+    (["--cache-type", "q8_0"], "--cache-type: 'q8_0' is not a KV cache type (allowed: f32, f16, bf16)", 2),
+    (["--cache-type", ""], "--cache-type", 2),
 ])
 def test_startup_errors_exit_before_binding(args, fragment, code):
     from conftest import BIN, free_port

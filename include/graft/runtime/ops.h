@@ -33,6 +33,14 @@ float dot(const float* a, const float* b, int64_t n);
 void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t hd, float scale,
             float* scores, float* out);
 
+// attend over keys and values stored as F16 or BF16 bits (`stride` elements apart): each element is
+// widened to F32 exactly as it is loaded, then the operations are attend's, in the same order, so
+// the result is bit for bit attend's on the widened keys and values (no conversion pass, no copy).
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n, int64_t hd,
+                float scale, float* scores, float* out);
+void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n, int64_t hd,
+                 float scale, float* scores, float* out);
+
 // e^x for n values, vectorized (relative error within ~2 ulp of expf; overflow to +inf, underflow
 // through the subnormals to 0, NaN kept). out may alias x.
 void exp_f32(const float* x, float* out, int64_t n);
