@@ -245,7 +245,7 @@ namespace {
 void fused_cols(Q8FusedRows fused, Q8FusedWeightRows fused4, int max_rows, const uint8_t* base, int64_t row_bytes,
                 int64_t k, const Q8Activations& act, int64_t m, int64_t n, int64_t j0, int64_t j1, float* y,
                 bool accumulate) {
-  if (m == 1 && fused4) {  // decode: four weight rows per call
+  if (fused4) {  // decode (m = 1): four weight rows per call
     float v[4];
     for (; j0 + 4 <= j1; j0 += 4) {
       fused4(base + j0 * row_bytes, row_bytes, k, act, 0, v);
@@ -269,7 +269,6 @@ void fused_cols(Q8FusedRows fused, Q8FusedWeightRows fused4, int max_rows, const
     }
   }
 }
-}  // namespace
 // Up to how many activation rows AVX-512 CPUs run the 256-bit code of the 16-lane model (same
 // bits). Default 0: since the activations are packed, the 512-bit kernel is faster even for one
 // row (hot Q4_0 decode, 576x1536: 61-75 -> 49-50 us); GRAFT_Q8_AVX2_ROWS=2 brings the old choice
@@ -278,9 +277,14 @@ const int64_t kAvx2Rows = [] {
   const char* e = std::getenv("GRAFT_Q8_AVX2_ROWS");
   return e ? std::atoll(e) : 0;
 }();
+}  // namespace
 
 bool q8_fused_needs_pack(Q8Kernel k, DType t, int64_t m) {
   return k == Q8Kernel::Avx512Vnni && m > kAvx2Rows && q8_fused(k, t) != nullptr;
+}
+
+Q8FusedWeightRows q8_fused4_for_rows(Q8Kernel k, DType t, int64_t m) {
+  return m == 1 && q8_fused_needs_pack(k, t, m) ? q8_fused4_avx512vnni(t) : nullptr;
 }
 
 Q8FusedRows q8_fused_for_rows(Q8Kernel k, DType t, int64_t m) {
@@ -330,9 +334,7 @@ void blocks_cols(Q8Kernel kernel, const Q8Activations& act, const Tensor& w, flo
   const int64_t row_bytes = dtype_bytes(w.dtype, k);
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (const Q8FusedRows fused = allow_fused ? q8_fused_for_rows(kernel, w.dtype, m) : nullptr) {
-    const Q8FusedWeightRows fused4 =
-        kernel == Q8Kernel::Avx512Vnni && m > kAvx2Rows ? q8_fused4_avx512vnni(w.dtype) : nullptr;
-    fused_cols(fused, fused4, q8_fused_max_rows(kernel), base, row_bytes, k, act, m, n, j0, j1, y, accumulate);
+    fused_cols(fused, q8_fused4_for_rows(kernel, w.dtype, m), q8_fused_max_rows(kernel), base, row_bytes, k, act, m, n, j0, j1, y, accumulate);
     return;
   }
   const Q8Dot dot = q8_dot(kernel);

@@ -79,6 +79,9 @@ Q8FusedRows q8_fused_avx512vnni(DType t);   // 16 lanes
 using Q8FusedWeightRows = void (*)(const uint8_t* row0, int64_t row_bytes, int64_t k, const Q8Activations& act,
                                    int64_t i0, float* out);
 Q8FusedWeightRows q8_fused4_avx512vnni(DType t);
+// The four-weight-row kernel for a call with m activation rows, or nullptr (m > 1, no AVX-512
+// fused kernel for t, or the 256-bit code chosen).
+Q8FusedWeightRows q8_fused4_for_rows(Q8Kernel k, DType t, int64_t m);
 
 // The AVX-512 fused kernels read the packed records: call act.pack_rows8 before them (matmul_blocks
 // does when q8_fused_needs_pack says so), and call them with i0 a multiple of 8.

@@ -86,14 +86,17 @@ struct F32Rows {
   static __m256 tail(const float* p, int64_t rem) { return _mm256_maskload_ps(p, tail_mask(rem)); }
   static float at(const float* p) { return *p; }
 };
+// A 16-bit tail: rem < 8 elements copied into a zeroed block of eight, then widened as a full load.
+template <class L>
+__m256 tail16(const uint16_t* p, int64_t rem) {
+  alignas(16) uint16_t b[8] = {};
+  std::copy(p, p + rem, b);
+  return L::load8(b);
+}
 struct F16Rows {
   using T = uint16_t;
   static __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static __m256 tail(const uint16_t* p, int64_t rem) {
-    alignas(16) uint16_t b[8] = {};
-    std::copy(p, p + rem, b);
-    return load8(b);
-  }
+  static __m256 tail(const uint16_t* p, int64_t rem) { return tail16<F16Rows>(p, rem); }
   static float at(const uint16_t* p) { return _cvtsh_ss(*p); }
 };
 struct BF16Rows {
@@ -102,11 +105,7 @@ struct BF16Rows {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
-  static __m256 tail(const uint16_t* p, int64_t rem) {
-    alignas(16) uint16_t b[8] = {};
-    std::copy(p, p + rem, b);
-    return load8(b);
-  }
+  static __m256 tail(const uint16_t* p, int64_t rem) { return tail16<BF16Rows>(p, rem); }
   static float at(const uint16_t* p) { return bf16_to_f32(*p); }
 };
 

@@ -96,6 +96,7 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
     const AdapterRows* rows;
     std::vector<float> low;  // [rows, r]
     const float* xs;         // the adapter's rows of x
+    const model::Matrix* w;  // its projection's base weight (DoRA reads it on first use)
   };
   std::vector<Active> active;
   const int64_t site = layer < 0 ? config_.num_layers : layer;
@@ -116,21 +117,16 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
         xs = gathered[a].data();
       }
       for (const LoraTerm& t : terms) {
-        active.push_back({&t, &ar, std::vector<float>(static_cast<size_t>(n * t.low_width())), xs});
+        active.push_back({&t, &ar, std::vector<float>(static_cast<size_t>(n * t.low_width())), xs, targets[i].w});
         targets[i].any_dora = targets[i].any_dora || t.dora;
       }
     }
     targets[i].last = active.size();
   }
-  // DoRA's first use reads its projection's base weight: give each term its own.
   auto down_for = [&](int64_t i) {
-    for (size_t t = 0; t < targets.size(); ++t)
-      if (static_cast<size_t>(i) >= targets[t].first && static_cast<size_t>(i) < targets[t].last) {
-        Active& act = active[static_cast<size_t>(i)];
-        lora_term_down(pool, *act.term, act.xs, static_cast<int64_t>(act.rows->rows.size()), in, *targets[t].w,
-                       act.low.data(), act.rows->scales);
-        return;
-      }
+    Active& act = active[static_cast<size_t>(i)];
+    lora_term_down(pool, *act.term, act.xs, static_cast<int64_t>(act.rows->rows.size()), in, *act.w, act.low.data(),
+                   act.rows->scales);
   };
   if (active.size() == 1) {
     down_for(0);  // one term: its own rows split over the pool
