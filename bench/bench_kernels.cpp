@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
 #include "graft/runtime/ops.h"
 
@@ -122,13 +123,17 @@ void BM_MatmulDecode(benchmark::State& state, DType dt, int64_t n, int64_t k, bo
   const int64_t wbytes = graft::dtype_bytes(dt, n * k);
   // Enough copies to overflow a 32 MiB L3 (at least 3, ~256 MiB total) when cold.
   const int64_t copies = cold ? std::max<int64_t>(3, (256ll << 20) / wbytes) : 1;
-  std::vector<Tensor> ws;
-  for (int64_t c = 0; c < copies; ++c) ws.push_back(random_weights(dt, n, k, static_cast<uint32_t>(c)));
-  std::vector<float> x(static_cast<size_t>(k), 0.5f), y(static_cast<size_t>(n));
   ThreadPool pool(static_cast<int>(state.range(0)));
+  // As a model's matrices after load (GGUF Q4_0/Q8_0 interleaved where the CPU's kernel wants it).
+  std::vector<graft::model::Matrix> ws;
+  for (int64_t c = 0; c < copies; ++c) {
+    ws.push_back(graft::model::Matrix::of(random_weights(dt, n, k, static_cast<uint32_t>(c))));
+    graft::runtime::prepare_matrix(ws.back(), pool);
+  }
+  std::vector<float> x(static_cast<size_t>(k), 0.5f), y(static_cast<size_t>(n));
   size_t at = 0;
   for (auto _ : state) {
-    graft::runtime::matmul(pool, x.data(), 1, k, ws[at], y.data());
+    graft::runtime::matmul(pool, x.data(), 1, ws[at], y.data());
     benchmark::DoNotOptimize(y.data());
     at = (at + 1) % ws.size();
   }
@@ -136,11 +141,12 @@ void BM_MatmulDecode(benchmark::State& state, DType dt, int64_t n, int64_t k, bo
 }
 
 void BM_MatmulPrefill(benchmark::State& state, DType dt, int64_t m, int64_t n, int64_t k) {
-  const Tensor w = random_weights(dt, n, k, 1);
-  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   ThreadPool pool(static_cast<int>(state.range(0)));
+  graft::model::Matrix w = graft::model::Matrix::of(random_weights(dt, n, k, 1));
+  graft::runtime::prepare_matrix(w, pool);
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   for (auto _ : state) {
-    graft::runtime::matmul(pool, x.data(), m, k, w, y.data());
+    graft::runtime::matmul(pool, x.data(), m, w, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   set_counters(state, m, n, k, graft::dtype_bytes(dt, n * k));

@@ -2,6 +2,7 @@
 
 #include "graft/core/error.h"
 #include "graft/model/model_adapters.h"
+#include "graft/runtime/kernels.h"
 
 namespace graft::engine {
 
@@ -32,7 +33,9 @@ model::LoadedModel load(const EngineOptions& o, runtime::ThreadPool& pool) {
   if (!load.parallel)
     load.parallel = [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn, 16); };
   if (o.fuse) load.fused_adapters.insert(load.fused_adapters.end(), o.adapters.begin(), o.adapters.end());
-  return model::load_model(o.model, load);
+  model::LoadedModel m = model::load_model(o.model, load);
+  runtime::prepare_weights(m.weights, pool);
+  return m;
 }
 
 std::shared_ptr<const runtime::LoraSet> unfused_set(const EngineOptions& o, const model::LoadedModel& m,

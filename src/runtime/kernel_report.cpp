@@ -9,13 +9,14 @@ namespace graft::runtime {
 
 std::string describe_kernels(const model::ModelWeights& w) {
   std::map<std::string, int> formats;
-  bool blocks = false, dense = false, affine = false;
+  bool blocks = false, dense = false, affine = false, interleaved = false;
   auto add = [&](const model::Matrix& m) {
     if (m.quantized()) {
       affine = true;
       ++formats["mlx affine " + std::to_string(m.quant.bits) + "-bit"];
     } else {
       (dtype_is_quantized(m.dense.dtype) ? blocks : dense) = true;
+      interleaved = interleaved || m.interleaved != nullptr;
       ++formats[std::string(dtype_name(m.dense.dtype))];
     }
   };
@@ -27,6 +28,7 @@ std::string describe_kernels(const model::ModelWeights& w) {
   s += " | kernels:";
   if (dense) s += std::string(" dense ") + matmul_isa();
   if (blocks) s += std::string(" gguf-blocks q8-activations ") + matmul_q8_kernel();
+  if (interleaved) s += " (Q4_0/Q8_0 interleaved x16)";
   if (affine) s += " mlx-affine avx2";
   return s;
 }

@@ -8,6 +8,7 @@
 #include "graft/core/error.h"
 #include "graft/runtime/kernels.h"
 #include "graft/model/weights.h"
+#include "runtime/interleaved_blocks.h"
 #include "runtime/matmul_internal.h"
 #include "runtime/matmul_q8.h"
 
@@ -117,8 +118,33 @@ void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, flo
   }
 }
 
+namespace {
+// Columns per parallel_for unit when a call includes interleaved weights: one 16-row group.
+constexpr int64_t kGroupCols = 16;
+bool vnni512() { return detail::best_q8_kernel() == detail::Q8Kernel::Avx512Vnni; }
+}  // namespace
+
 void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate,
             const ColumnEpilogue* epilogue) {
+  if (w.interleaved) {
+    const InterleavedBlocks& b = *w.interleaved;
+    if (m == 0 || b.n == 0) return;
+    if (!x || !y) fail("matmul: null x or output pointer");
+    detail::Q8Activations act;
+    detail::quantize_activations(x, m, b.k, act, &pool);
+    const int64_t groups = b.groups();
+    const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
+    const bool avx512 = vnni512();
+    pool.parallel_for(
+        groups,
+        [&](int64_t g0, int64_t g1) {
+          const int64_t j0 = g0 * kGroupCols, j1 = std::min(b.n, g1 * kGroupCols);
+          detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, avx512);
+          if (epilogue) (*epilogue)(j0, j1);
+        },
+        grain);
+    return;
+  }
   if (w.quantized())
     matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
   else
@@ -130,34 +156,44 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   if (targets.empty() || m == 0) return;
   const int64_t k = targets[0].w->cols;
   // Each target's preparation, and its first column in the concatenated column space.
-  std::vector<DType> block_types;
+  std::vector<DType> block_types;  // of the GGUF block weights read as stored
+  bool any_blocks = false;
   std::vector<AffinePrepared> affine(targets.size());
   std::vector<int64_t> start(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) {
     const model::Matrix& w = *targets[i].w;
     if (w.cols != k) fail_as(ErrorKind::kInternal, "matmul_many: targets of ", k, " and ", w.cols, " columns");
-    if (w.quantized())
+    if (w.quantized()) {
       affine[i] = prepare_affine(x, m, k, w.quant);
-    else if (dtype_is_quantized(w.dense.dtype))
-      block_types.push_back(w.dense.dtype);
+    } else if (dtype_is_quantized(w.dense.dtype)) {
+      any_blocks = true;
+      if (!w.interleaved) block_types.push_back(w.dense.dtype);
+    }
     else
       check_args("matmul", x, m, k, w.dense, targets[i].y);
     start[i + 1] = start[i] + w.rows;
   }
   const detail::Q8Kernel q8 = detail::best_q8_kernel();
   detail::Q8Activations act;
-  if (!block_types.empty()) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
+  if (any_blocks) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
   const detail::Isa isa = detail::best_isa();
-  const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * k));
+  const bool avx512 = vnni512();
+  // Units of 16 columns: a cut never splits an interleaved group (targets start at multiples of 16
+  // in practice; a group cut anyway is computed twice, with the same bits).
+  const int64_t units = (start.back() + kGroupCols - 1) / kGroupCols;
+  const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
   pool.parallel_for(
-      start.back(),
-      [&](int64_t g0, int64_t g1) {
+      units,
+      [&](int64_t u0, int64_t u1) {
+        const int64_t g0 = u0 * kGroupCols, g1 = std::min(start.back(), u1 * kGroupCols);
         for (size_t i = 0; i < targets.size(); ++i) {
           const int64_t j0 = std::max(g0, start[i]) - start[i], j1 = std::min(g1, start[i + 1]) - start[i];
           if (j0 >= j1) continue;
           const model::Matrix& w = *targets[i].w;
           if (w.quantized())
             affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
+          else if (w.interleaved)
+            detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, avx512);
           else if (dtype_is_quantized(w.dense.dtype))
             detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
           else
@@ -166,6 +202,19 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         }
       },
       grain);
+}
+
+int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool) {
+  if (m.quantized() || m.interleaved || !interleave_enabled(m.dense.dtype)) return 0;
+  m.interleaved = interleave_blocks(m.dense, &pool);
+  return m.interleaved->nbytes();
+}
+
+int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool) {
+  int64_t bytes = prepare_matrix(w.lm_head, pool);  // (not the embedding: it is read by rows, as stored)
+  for (auto& L : w.layers)
+    for (model::Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += prepare_matrix(*m, pool);
+  return bytes;
 }
 
 const char* matmul_q8_kernel() { return detail::q8_kernel_name(detail::best_q8_kernel()); }

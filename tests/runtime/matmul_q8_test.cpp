@@ -24,36 +24,13 @@
 #include "graft/runtime/kernels.h"
 #include "graft/runtime/thread_pool.h"
 #include "runtime/matmul_q8.h"
+#include "q8_test_util.h"
 
 namespace graft::runtime::detail {
 namespace {
 
 const DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
                           DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
-
-Tensor random_blocks(DType t, int64_t n, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t bb = dtype_block_bytes(t), blocks = n * k / dtype_block_elems(t);
-  std::vector<uint8_t> bytes(static_cast<size_t>(blocks * bb));
-  for (auto& b : bytes) b = static_cast<uint8_t>(byte(rng));
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int off : gguf_block_f16_fields(t)) {
-      const uint16_t h = f32_to_f16(nd(rng) * 0.01f);
-      std::memcpy(&bytes[b * bb + off], &h, 2);
-    }
-  return Tensor::owned(t, {n, k}, std::move(bytes));
-}
-
-std::vector<float> random_x(int64_t m, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(m * k));
-  for (auto& v : x) v = nd(rng);
-  if (m * k >= 64) std::fill_n(x.begin() + 32, 32, 0.0f);  // an all-zero activation block
-  return x;
-}
 
 struct Shape3 { int64_t m, n, k; };
 std::vector<Shape3> shapes_for(DType t) {
@@ -107,7 +84,7 @@ TEST(MatmulQ8, ActivationQuantizationFollowsTheScalarRule) {
       float amax = 0.0f;
       for (int t = 0; t < 32; ++t) amax = std::max(amax, std::fabs(xb[t]));
       const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      int32_t sum[2] = {0, 0};
+      int32_t sum[2] = {0, 0};  // the two halves
       for (int t = 0; t < 32; ++t) {
         const auto q = static_cast<int8_t>(std::clamp(std::nearbyint(xb[t] * id), -127.0f, 127.0f));
         ASSERT_EQ(a.q[i * k + c0 + t], q) << "row " << i << " column " << c0 + t;
@@ -115,6 +92,7 @@ TEST(MatmulQ8, ActivationQuantizationFollowsTheScalarRule) {
       }
       for (int l = 0; l < 8; ++l) ASSERT_EQ(a.d4[(i * k + c0) / 4 + l], d);
       for (int g = 0; g < 2; ++g) ASSERT_EQ(a.s16[(i * k + c0) / 16 + g], d * static_cast<float>(sum[g]));
+      ASSERT_EQ(a.sum32[(i * k + c0) / 32], sum[0] + sum[1]);
     }
 }
 
@@ -191,17 +169,7 @@ TEST(MatmulQ8, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
         double worst = 0;
         for (int64_t i = 0; i < s.m; ++i)
           for (int64_t j = 0; j < s.n; ++j) {
-            double bound = 1e-30, mag = 0;
-            for (int64_t c0 = 0; c0 < s.k; c0 += 32) {
-              float amax = 0, wabs = 0;
-              for (int64_t c = c0; c < c0 + 32; ++c) {
-                amax = std::max(amax, std::fabs(x[i * s.k + c]));
-                wabs += std::fabs(wf.as<float>()[j * s.k + c]);
-                mag += std::fabs(x[i * s.k + c] * wf.as<float>()[j * s.k + c]);
-              }
-              bound += amax / 127.0 / 2.0 * wabs;
-            }
-            bound += 1e-5 * mag;
+            const double bound = activation_rounding_bound(&x[i * s.k], wf.as<float>() + j * s.k, s.k);
             const double err = std::fabs(static_cast<double>(got[i * s.n + j]) - ref[i * s.n + j]);
             ASSERT_LE(err, bound) << dtype_name(t) << " " << q8_kernel_name(kern) << " m=" << s.m << " k=" << s.k;
             worst = std::max(worst, err / bound);

@@ -14,13 +14,21 @@
 #include "graft/io/tensor_source.h"
 #include "graft/model/config.h"
 
+namespace graft::runtime {
+struct InterleavedBlocks;
+}
+
 namespace graft::model {
 
 // One weight matrix [rows, cols]: dense, or affine-quantized (then `dense` is empty).
 struct Matrix {
-  Tensor dense;           // F32/F16/BF16 [rows, cols]
+  Tensor dense;           // F32/F16/BF16 or GGUF blocks [rows, cols]
   AffineQuantized quant;  // when quantized()
   int64_t rows = 0, cols = 0;
+  // A copy of GGUF Q4_0/Q8_0 blocks laid out for one integer kernel, made after load by
+  // runtime::prepare_weights on CPUs that run it; matmul then reads it instead of `dense` (which
+  // stays: embedding rows, adapters and tools read the stored form).
+  std::shared_ptr<const runtime::InterleavedBlocks> interleaved;
 
   bool quantized() const { return quant.bits != 0; }
   int64_t nbytes() const { return quantized() ? quant.nbytes() : dense.nbytes(); }

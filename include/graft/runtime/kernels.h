@@ -39,6 +39,14 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor
 void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate = false,
             const ColumnEpilogue* epilogue = nullptr);
 
+// Copies the model's GGUF Q4_0 / Q8_0 matrices into the layout of the CPU's fastest integer kernel
+// (16 rows interleaved, for AVX512-VNNI; GRAFT_Q8_INTERLEAVE=0 keeps them as stored). The copies
+// change the summation order of those matrices (runtime/interleaved_blocks.h: the block model);
+// every other property holds (results independent of m and the thread count). Returns the bytes
+// copied. Call before a Transformer is built on the weights.
+int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool);
+int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool);  // one matrix of it
+
 // Which integer kernel GGUF block weights run on this CPU: "avx512vnni", "avxvnni", "avx2" (or
 // GRAFT_Q8_KERNEL's choice).
 const char* matmul_q8_kernel();

@@ -1,0 +1,115 @@
+// The AVX512-VNNI kernel of the interleaved Q4_0 / Q8_0 copies (interleaved_blocks.h): lane r of
+// every vector is weight row 16g + r. Per block of 32 columns the codes are eight vectors (Q4_0: four
+// loads split into low and high nibbles; Q8_0: eight loads), each multiplied by four activation bytes
+// broadcast from memory (vpdpbusd's m32bcst operand: the activations signed, the codes unsigned),
+// in two integer chains that start from the offset correction −c·Σ q_x (c = 8 for the Q4_0 nibbles,
+// 128 for the Q8_0 codes stored as q_w + 128; exact in int32). Then the scalar model's one F32 step:
+// acc = fma(float(sum), d_w·d_x, acc). The weight vectors are loaded once per block for up to
+// kMaxRows activation rows.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_cvtph_ps / _mm512_undefined
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/interleaved_blocks.h"
+
+namespace graft::runtime::detail {
+
+#define GRAFT_I512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
+#define GRAFT_I512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+namespace {
+
+constexpr int kMaxRows = 4;
+// Decode streams each weight byte once from L3 or memory, and the hardware prefetcher stops at 4 KiB
+// page boundaries: each block asks for the group's bytes kAhead further on (a cursor advancing
+// code_bytes + 32 per block covers the codes, the scales and the next group; prefetches past the
+// end never fault).
+const int64_t kAhead = [] {
+  const char* e = std::getenv("GRAFT_Q8_PREFETCH");
+  return e ? std::atoll(e) : 2048;
+}();
+
+GRAFT_I512 __m512i bcst4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <bool kQ4, int R>
+GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, int64_t i0,
+                              float* out) {
+  const int64_t k = b.k, nb = b.blocks;
+  const uint8_t* codes = b.codes(g);
+  const uint16_t* scales = b.scales(g);
+  const int8_t* xq = act.q.data() + i0 * k;
+  const float* d4 = act.d4.data() + i0 * (k / 4);
+  const int32_t* s32 = act.sum32.data() + i0 * nb;
+  constexpr int32_t kOffset = kQ4 ? 8 : 128;
+  __m512 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const uint8_t* p = codes + blk * (kQ4 ? 256 : 512);
+    const char* ahead = reinterpret_cast<const char*>(codes) + blk * ((kQ4 ? 256 : 512) + 32) + kAhead;
+#pragma GCC unroll 9
+    for (int l = 0; l < (kQ4 ? 5 : 9); ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    __m512i w[8];
+    if constexpr (kQ4) {
+      const __m512i low = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m512i v = _mm512_load_si512(p + 64 * t);
+        w[t] = _mm512_and_si512(v, low);
+        w[t + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) w[t] = _mm512_load_si512(p + 64 * t);
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales + 16 * blk)));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const int8_t* x = xq + r * k + blk * 32;
+      __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-kOffset * s32[r * nb + blk]), w[0], bcst4(x));
+      __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcst4(x + 4));
+      s0 = _mm512_dpbusd_epi32(s0, w[2], bcst4(x + 8));
+      s1 = _mm512_dpbusd_epi32(s1, w[3], bcst4(x + 12));
+      s0 = _mm512_dpbusd_epi32(s0, w[4], bcst4(x + 16));
+      s1 = _mm512_dpbusd_epi32(s1, w[5], bcst4(x + 20));
+      s0 = _mm512_dpbusd_epi32(s0, w[6], bcst4(x + 24));
+      s1 = _mm512_dpbusd_epi32(s1, w[7], bcst4(x + 28));
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(d4[r * (k / 4) + blk * 8]));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (i0 + r) * 16, acc[r]);
+}
+
+template <bool kQ4>
+void group_all(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
+  int64_t i = 0;
+  for (; i + kMaxRows <= act.m; i += kMaxRows) group_rows<kQ4, kMaxRows>(b, act, g, i, out);
+  switch (act.m - i) {
+    case 1: group_rows<kQ4, 1>(b, act, g, i, out); break;
+    case 2: group_rows<kQ4, 2>(b, act, g, i, out); break;
+    case 3: group_rows<kQ4, 3>(b, act, g, i, out); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void interleaved_group_avx512(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
+  if (b.source == DType::Q4_0)
+    group_all<true>(b, act, g, out);
+  else
+    group_all<false>(b, act, g, out);
+}
+
+}  // namespace graft::runtime::detail

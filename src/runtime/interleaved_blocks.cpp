@@ -1,0 +1,140 @@
+// Q4_0 / Q8_0 weights interleaved 16 rows at a time: the copy made at load, its inverse (tests), the
+// scalar model of the block-model kernel, and the column driver.
+#include "runtime/interleaved_blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "graft/core/error.h"
+
+namespace graft::runtime {
+
+namespace {
+constexpr int64_t kRows = 16;
+constexpr int64_t kBlock = 32;
+int64_t block_bytes(DType t) { return t == DType::Q4_0 ? 18 : 34; }
+}  // namespace
+
+bool interleavable(DType t) { return t == DType::Q4_0 || t == DType::Q8_0; }
+
+bool interleave_enabled(DType t) {
+  static const bool on = [] {
+    const char* e = std::getenv("GRAFT_Q8_INTERLEAVE");
+    return !(e && std::strcmp(e, "0") == 0) && detail::best_q8_kernel() == detail::Q8Kernel::Avx512Vnni;
+  }();
+  return on && interleavable(t);
+}
+
+std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool) {
+  if (!interleavable(w.dtype) || w.shape.size() != 2 || w.shape[1] % kBlock != 0)
+    fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0 or Q8_0 weight with k a multiple of 32, got ",
+            dtype_name(w.dtype), " ", shape_str(w.shape));
+  auto out = std::make_shared<InterleavedBlocks>();
+  InterleavedBlocks& b = *out;
+  b.source = w.dtype;
+  b.n = w.shape[0];
+  b.k = w.shape[1];
+  b.blocks = b.k / kBlock;
+  b.code_bytes = w.dtype == DType::Q4_0 ? 256 : 512;
+  b.group_bytes = (b.blocks * (b.code_bytes + 32) + 63) / 64 * 64;
+  const size_t bytes = static_cast<size_t>(b.groups() * b.group_bytes) + 64;
+  b.storage = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
+  const auto at = reinterpret_cast<uintptr_t>(b.storage.get());
+  b.base = b.storage.get() + (64 - at % 64) % 64;
+  const int64_t src_block = block_bytes(w.dtype), row_bytes = b.blocks * src_block;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  const bool q4 = w.dtype == DType::Q4_0;
+  auto groups = [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      auto* codes = const_cast<uint8_t*>(b.codes(g));
+      auto* scales = const_cast<uint16_t*>(b.scales(g));
+      std::memset(codes, 0, static_cast<size_t>(b.group_bytes));  // rows past n: zero codes, scale 0
+      for (int64_t r = 0; r < kRows && g * kRows + r < b.n; ++r) {
+        const uint8_t* row = src + (g * kRows + r) * row_bytes;
+        for (int64_t blk = 0; blk < b.blocks; ++blk) {
+          const uint8_t* p = row + blk * src_block;
+          std::memcpy(&scales[blk * kRows + r], p, 2);
+          uint8_t* dst = codes + blk * b.code_bytes + r * 4;
+          for (int t = 0; t < (q4 ? 4 : 8); ++t)
+            for (int c = 0; c < 4; ++c)
+              dst[t * 64 + c] = q4 ? p[2 + 4 * t + c] : static_cast<uint8_t>(p[2 + 4 * t + c] ^ 0x80u);
+        }
+      }
+    }
+  };
+  if (pool && b.groups() > 1)
+    pool->parallel_for(b.groups(), groups);
+  else
+    groups(0, b.groups());
+  return out;
+}
+
+void deinterleave_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
+  const int64_t g = j / kRows, r = j % kRows, src_block = block_bytes(b.source);
+  const bool q4 = b.source == DType::Q4_0;
+  for (int64_t blk = 0; blk < b.blocks; ++blk) {
+    uint8_t* p = row + blk * src_block;
+    std::memcpy(p, &b.scales(g)[blk * kRows + r], 2);
+    const uint8_t* src = b.codes(g) + blk * b.code_bytes + r * 4;
+    for (int t = 0; t < (q4 ? 4 : 8); ++t)
+      for (int c = 0; c < 4; ++c)
+        p[2 + 4 * t + c] = q4 ? src[t * 64 + c] : static_cast<uint8_t>(src[t * 64 + c] ^ 0x80u);
+  }
+}
+
+namespace detail {
+
+void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
+  const int64_t k = b.k;
+  const bool q4 = b.source == DType::Q4_0;
+  for (int64_t i = 0; i < act.m; ++i)
+    for (int64_t r = 0; r < kRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t blk = 0; blk < b.blocks; ++blk) {
+        const uint8_t* w = b.codes(g) + blk * b.code_bytes + r * 4;
+        const int8_t* x = &act.q[i * k + blk * kBlock];
+        int32_t s = 0;
+        for (int c = 0; c < kBlock; ++c) {
+          const int t = c / 4, e = c % 4;
+          int32_t code;
+          if (q4)
+            code = (t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4)) - 8;
+          else
+            code = static_cast<int32_t>(w[t * 64 + e]) - 128;
+          s += code * static_cast<int32_t>(x[c]);
+        }
+        const float dw = f16_to_f32(b.scales(g)[blk * kRows + r]);
+        const float dx = act.d4[(i * k + blk * kBlock) / 4];
+        acc = std::fma(static_cast<float>(s), dw * dx, acc);
+      }
+      out[i * kRows + r] = acc;
+    }
+}
+
+void interleaved_cols(const InterleavedBlocks& b, const Q8Activations& act, float* y, int64_t ldy, bool accumulate,
+                      int64_t j0, int64_t j1, bool avx512) {
+  if (act.k != b.k)
+    fail_as(ErrorKind::kInternal, "interleaved_cols: activations of ", act.k, " columns for a weight of ", b.k);
+  thread_local std::vector<float> out;
+  out.resize(static_cast<size_t>(act.m * kRows));
+  for (int64_t g = j0 / kRows; g * kRows < j1; ++g) {
+    if (avx512)
+      interleaved_group_avx512(b, act, g, out.data());
+    else
+      interleaved_group_scalar(b, act, g, out.data());
+    const int64_t c0 = std::max(j0, g * kRows), c1 = std::min({j1, g * kRows + kRows, b.n});
+    for (int64_t i = 0; i < act.m; ++i)
+      for (int64_t j = c0; j < c1; ++j) {
+        float& o = y[i * ldy + j];
+        const float v = out[i * kRows + (j - g * kRows)];
+        o = accumulate ? o + v : v;
+      }
+  }
+}
+
+}  // namespace detail
+}  // namespace graft::runtime

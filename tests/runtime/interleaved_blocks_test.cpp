@@ -1,0 +1,169 @@
+// Q4_0 / Q8_0 weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights: random
+// blocks on awkward shapes (one row, n not a multiple of 16, one block, k an odd number of blocks).
+// Tolerances, and why:
+//   - the layout: every row read back from the copy equals the GGUF row byte for byte;
+//   - the AVX512-VNNI kernel against the scalar block model (where the CPU has it): exact (integer
+//     block sums are exact; the F32 chain is the same operations in the same order);
+//   - the block model against F32 math on the dequantized weights (double accumulation): the bound of
+//     activation rounding, Σ_blocks (d_x / 2)·Σ|w|, plus 1e-5 relative of Σ|w·x|; the same bound the
+//     other q8 kernels meet, with a check that the error uses a real part of it;
+//   - rows of a prefill against the same rows alone, 1 against 3 threads, matmul_many against one
+//     matmul per target: exact.
+#include "runtime/interleaved_blocks.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <cstring>
+#include <vector>
+
+#include "graft/core/error.h"
+#include "graft/model/weights.h"
+#include "graft/runtime/kernels.h"
+#include "q8_test_util.h"
+
+namespace graft::runtime::detail {
+namespace {
+
+const DType kTypes[] = {DType::Q4_0, DType::Q8_0};
+struct Shape3 { int64_t m, n, k; };
+const Shape3 kShapes[] = {{1, 1, 32}, {1, 16, 96}, {3, 17, 64}, {5, 40, 576}, {9, 33, 160}, {2, 15, 32}};
+
+bool have_vnni512() { return q8_kernel_supported(Q8Kernel::Avx512Vnni); }
+
+std::vector<float> run(const InterleavedBlocks& b, const float* x, int64_t m, bool avx512, int64_t j0 = 0,
+                       int64_t j1 = -1) {
+  Q8Activations act;
+  quantize_activations(x, m, b.k, act);
+  std::vector<float> y(static_cast<size_t>(m * b.n), -1.0f);
+  interleaved_cols(b, act, y.data(), b.n, false, j0, j1 < 0 ? b.n : j1, avx512);
+  return y;
+}
+
+TEST(InterleavedBlocks, EveryRowReadsBackAsTheGgufRow) {
+  for (DType t : kTypes)
+    for (const auto& s : kShapes) {
+      const Tensor w = random_blocks(t, s.n, s.k, 3);
+      const auto b = interleave_blocks(w);
+      EXPECT_EQ(b->groups(), (s.n + 15) / 16);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
+      const int64_t row_bytes = dtype_bytes(t, s.k);
+      std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
+      for (int64_t j = 0; j < s.n; ++j) {
+        deinterleave_row(*b, j, row.data());
+        ASSERT_EQ(std::memcmp(row.data(), static_cast<const uint8_t*>(w.data) + j * row_bytes, row_bytes), 0)
+            << dtype_name(t) << " row " << j << " of " << s.n;
+      }
+    }
+}
+
+TEST(InterleavedBlocks, RefusesOtherFormats) {
+  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q4_1, 2, 32, 1)), Error);
+  EXPECT_FALSE(interleavable(DType::Q4_K));
+  EXPECT_TRUE(interleavable(DType::Q8_0));
+}
+
+TEST(InterleavedBlocks, Avx512KernelEqualsTheBlockModel) {
+  if (!have_vnni512()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (the scalar model is tested below)";
+  for (DType t : kTypes)
+    for (const auto& s : kShapes) {
+      const auto b = interleave_blocks(random_blocks(t, s.n, s.k, 5));
+      const auto x = random_x(s.m, s.k, 7);
+      EXPECT_EQ(run(*b, x.data(), s.m, true), run(*b, x.data(), s.m, false)) << dtype_name(t) << " m=" << s.m
+                                                                            << " n=" << s.n << " k=" << s.k;
+    }
+}
+
+TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
+  for (DType t : kTypes)
+    for (const auto& s : kShapes) {
+      const Tensor w = random_blocks(t, s.n, s.k, 11);
+      const auto b = interleave_blocks(w);
+      const auto x = random_x(s.m, s.k, 13);
+      const auto got = run(*b, x.data(), s.m, false);
+      std::vector<float> ref(got.size());
+      matmul_reference(x.data(), s.m, s.k, w, ref.data());
+      const Tensor wf = to_f32(w);
+      double worst = 0;
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          const double bound = activation_rounding_bound(&x[i * s.k], wf.as<float>() + j * s.k, s.k);
+          const double err = std::fabs(static_cast<double>(got[i * s.n + j]) - ref[i * s.n + j]);
+          ASSERT_LE(err, bound) << dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
+          worst = std::max(worst, err / bound);
+        }
+      if (s.k >= 160) EXPECT_GT(worst, 0.002) << dtype_name(t);  // the bound is not vacuous
+    }
+}
+
+TEST(InterleavedBlocks, ColumnRangesWriteOnlyTheirColumns) {
+  const auto b = interleave_blocks(random_blocks(DType::Q4_0, 40, 96, 17));
+  const auto x = random_x(3, 96, 19);
+  const auto all = run(*b, x.data(), 3, have_vnni512());
+  const auto part = run(*b, x.data(), 3, have_vnni512(), 5, 21);  // cuts two groups
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 40; ++j)
+      EXPECT_EQ(part[i * 40 + j], j >= 5 && j < 21 ? all[i * 40 + j] : -1.0f) << "row " << i << " column " << j;
+}
+
+// Through the public entry points, as a model runs them: matmul on a prepared Matrix, matmul_many.
+model::Matrix interleaved_matrix(DType t, int64_t n, int64_t k, uint32_t seed) {
+  model::Matrix m = model::Matrix::of(random_blocks(t, n, k, seed));
+  m.interleaved = interleave_blocks(m.dense);
+  return m;
+}
+
+std::vector<float> run_matrix(const model::Matrix& w, const float* x, int64_t m, int threads) {
+  ThreadPool pool(threads);
+  std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
+  matmul(pool, x, m, w, y.data());
+  return y;
+}
+
+TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
+  for (DType t : kTypes) {
+    const int64_t k = 576, n = 70, m = 6;
+    const model::Matrix w = interleaved_matrix(t, n, k, 23);
+    const auto x = random_x(m, k, 29);
+    const auto all = run_matrix(w, x.data(), m, 1);
+    EXPECT_EQ(all, run_matrix(w, x.data(), m, 3)) << dtype_name(t);
+    for (int64_t i = 0; i < m; ++i) {
+      const auto one = run_matrix(w, x.data() + i * k, 1, 2);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(one[j], all[i * n + j]) << dtype_name(t) << " row " << i;
+    }
+  }
+}
+
+TEST(InterleavedBlocks, MatmulManyEqualsOneMatmulPerTarget) {
+  const int64_t k = 96, m = 3;
+  const model::Matrix q = interleaved_matrix(DType::Q8_0, 48, k, 31);
+  const model::Matrix kk = interleaved_matrix(DType::Q4_0, 20, k, 37);
+  const model::Matrix v = model::Matrix::of(random_blocks(DType::Q4_1, 24, k, 41));  // read as stored
+  const auto x = random_x(m, k, 43);
+  ThreadPool pool(2);
+  std::vector<float> yq(m * 48), yk(m * 20), yv(m * 24);
+  const MatmulTarget targets[] = {{&q, yq.data()}, {&kk, yk.data()}, {&v, yv.data()}};
+  matmul_many(pool, x.data(), m, targets);
+  EXPECT_EQ(yq, run_matrix(q, x.data(), m, 1));
+  EXPECT_EQ(yk, run_matrix(kk, x.data(), m, 1));
+  EXPECT_EQ(yv, run_matrix(v, x.data(), m, 1));
+}
+
+TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
+  ThreadPool pool(1);
+  model::Matrix q8 = model::Matrix::of(random_blocks(DType::Q8_0, 16, 64, 47));
+  model::Matrix q41 = model::Matrix::of(random_blocks(DType::Q4_1, 16, 64, 53));
+  const int64_t bytes = prepare_matrix(q8, pool);
+  EXPECT_EQ(q8.interleaved != nullptr, interleave_enabled(DType::Q8_0));
+  EXPECT_EQ(bytes, q8.interleaved ? q8.interleaved->nbytes() : 0);
+  EXPECT_EQ(prepare_matrix(q41, pool), 0);
+  EXPECT_EQ(q41.interleaved, nullptr);
+  EXPECT_EQ(interleave_enabled(DType::Q4_0), best_q8_kernel() == Q8Kernel::Avx512Vnni &&
+                                                  !(std::getenv("GRAFT_Q8_INTERLEAVE") &&
+                                                    std::string(std::getenv("GRAFT_Q8_INTERLEAVE")) == "0"));
+}
+
+}  // namespace
+}  // namespace graft::runtime::detail

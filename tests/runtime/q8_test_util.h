@@ -1,0 +1,56 @@
+// Test inputs for the GGUF block kernels: random blocks of any format and random activations.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "graft/core/gguf_blocks.h"
+#include "graft/core/tensor.h"
+
+namespace graft::runtime::detail {
+
+// Random codes with finite random f16 scales (and mins) of about 0.01.
+inline Tensor random_blocks(DType t, int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t bb = dtype_block_bytes(t), blocks = n * k / dtype_block_elems(t);
+  std::vector<uint8_t> bytes(static_cast<size_t>(blocks * bb));
+  for (auto& b : bytes) b = static_cast<uint8_t>(byte(rng));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int off : gguf_block_f16_fields(t)) {
+      const uint16_t h = f32_to_f16(nd(rng) * 0.01f);
+      std::memcpy(&bytes[b * bb + off], &h, 2);
+    }
+  return Tensor::owned(t, {n, k}, std::move(bytes));
+}
+
+// Normal activations, with one all-zero block when there is room.
+inline std::vector<float> random_x(int64_t m, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (auto& v : x) v = nd(rng);
+  if (m * k >= 64) std::fill_n(x.begin() + 32, 32, 0.0f);  // an all-zero activation block
+  return x;
+}
+
+// How far an 8-bit-activation result may be from F32 math on the dequantized weights: the
+// activation rounding Σ_blocks (d_x / 2)·Σ|w|, plus 1e-5 relative of Σ|w·x| for F32 rounding.
+inline double activation_rounding_bound(const float* x, const float* w, int64_t k) {
+  double bound = 1e-30, mag = 0;
+  for (int64_t c0 = 0; c0 < k; c0 += 32) {
+    float amax = 0, wabs = 0;
+    for (int64_t c = c0; c < c0 + 32; ++c) {
+      amax = std::max(amax, std::fabs(x[c]));
+      wabs += std::fabs(w[c]);
+      mag += std::fabs(x[c] * w[c]);
+    }
+    bound += amax / 127.0 / 2.0 * wabs;
+  }
+  return bound + 1e-5 * mag;
+}
+
+}  // namespace graft::runtime::detail
