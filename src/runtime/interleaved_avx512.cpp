@@ -1,11 +1,11 @@
-// The AVX512-VNNI kernel of the interleaved Q4_0 / Q8_0 copies (interleaved_blocks.h): lane r of
-// every vector is weight row 16g + r. Per block of 32 columns the codes are eight vectors (Q4_0: four
-// loads split into low and high nibbles; Q8_0: eight loads), each multiplied by four activation bytes
-// broadcast from memory (vpdpbusd's m32bcst operand: the activations signed, the codes unsigned),
-// in two integer chains that start from the offset correction −c·Σ q_x (c = 8 for the Q4_0 nibbles,
-// 128 for the Q8_0 codes stored as q_w + 128; exact in int32). Then the scalar model's one F32 step:
-// acc = fma(float(sum), d_w·d_x, acc). The weight vectors are loaded once per block for up to
-// kMaxRows activation rows.
+// The AVX512-VNNI kernel of the interleaved Q4_0 / Q4_1 / Q8_0 copies (interleaved_blocks.h): lane r
+// of every vector is weight row 16g + r. Per block of 32 columns the codes are eight vectors (Q4_0,
+// Q4_1: four loads split into low and high nibbles; Q8_0: eight loads), each multiplied by four
+// activation bytes broadcast from memory (vpdpbusd's m32bcst operand: the activations signed, the
+// codes unsigned), in two integer chains that start from the offset correction −c·Σ q_x (c = 8 for
+// the Q4_0 nibbles, 128 for the Q8_0 codes stored as q_w + 128, 0 for Q4_1; exact in int32). Then
+// the scalar model's F32 steps: acc = fma(float(sum), d_w·d_x, acc) (and Q4_1's min step). The
+// weight vectors are loaded once per block for up to kMaxRows activation rows.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_cvtph_ps / _mm512_undefined
 #endif
@@ -40,7 +40,17 @@ GRAFT_I512 __m512i bcst4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-template <bool kQ4, int R>
+// Per format: bytes of codes and scales per block, the codes' offset, whether a min follows.
+template <DType T>
+struct Fmt {
+  static constexpr bool kNibbles = T != DType::Q8_0;
+  static constexpr bool kMin = T == DType::Q4_1;
+  static constexpr int kCodeBytes = kNibbles ? 256 : 512;
+  static constexpr int kScaleBytes = kMin ? 64 : 32;
+  static constexpr int32_t kOffset = T == DType::Q4_0 ? 8 : T == DType::Q8_0 ? 128 : 0;
+};
+
+template <DType T, int R>
 GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, int64_t i0,
                               float* out) {
   const int64_t k = b.k, nb = b.blocks;
@@ -49,17 +59,17 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   const int8_t* xq = act.q.data() + i0 * k;
   const float* d4 = act.d4.data() + i0 * (k / 4);
   const int32_t* s32 = act.sum32.data() + i0 * nb;
-  constexpr int32_t kOffset = kQ4 ? 8 : 128;
+  using F = Fmt<T>;
   __m512 acc[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t blk = 0; blk < nb; ++blk) {
-    const uint8_t* p = codes + blk * (kQ4 ? 256 : 512);
-    const char* ahead = reinterpret_cast<const char*>(codes) + blk * ((kQ4 ? 256 : 512) + 32) + kAhead;
+    const uint8_t* p = codes + blk * F::kCodeBytes;
+    const char* ahead = reinterpret_cast<const char*>(codes) + blk * (F::kCodeBytes + F::kScaleBytes) + kAhead;
 #pragma GCC unroll 9
-    for (int l = 0; l < (kQ4 ? 5 : 9); ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    for (int l = 0; l < (F::kCodeBytes + F::kScaleBytes + 63) / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
     __m512i w[8];
-    if constexpr (kQ4) {
+    if constexpr (F::kNibbles) {
       const __m512i low = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
@@ -71,11 +81,15 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) w[t] = _mm512_load_si512(p + 64 * t);
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales + 16 * blk)));
+    const uint16_t* sc = scales + blk * (F::kScaleBytes / 2);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
+    __m512 mw;
+    if constexpr (F::kMin) mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + 16)));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const int8_t* x = xq + r * k + blk * 32;
-      __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-kOffset * s32[r * nb + blk]), w[0], bcst4(x));
+      const __m512i start = F::kOffset ? _mm512_set1_epi32(-F::kOffset * s32[r * nb + blk]) : _mm512_setzero_si512();
+      __m512i s0 = _mm512_dpbusd_epi32(start, w[0], bcst4(x));
       __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcst4(x + 4));
       s0 = _mm512_dpbusd_epi32(s0, w[2], bcst4(x + 8));
       s1 = _mm512_dpbusd_epi32(s1, w[3], bcst4(x + 12));
@@ -83,22 +97,25 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
       s1 = _mm512_dpbusd_epi32(s1, w[5], bcst4(x + 20));
       s0 = _mm512_dpbusd_epi32(s0, w[6], bcst4(x + 24));
       s1 = _mm512_dpbusd_epi32(s1, w[7], bcst4(x + 28));
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(d4[r * (k / 4) + blk * 8]));
+      const float dx = d4[r * (k / 4) + blk * 8];
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[r]);
+      if constexpr (F::kMin)
+        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx * static_cast<float>(s32[r * nb + blk])), acc[r]);
     }
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (i0 + r) * 16, acc[r]);
 }
 
-template <bool kQ4>
+template <DType T>
 void group_all(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   int64_t i = 0;
-  for (; i + kMaxRows <= act.m; i += kMaxRows) group_rows<kQ4, kMaxRows>(b, act, g, i, out);
+  for (; i + kMaxRows <= act.m; i += kMaxRows) group_rows<T, kMaxRows>(b, act, g, i, out);
   switch (act.m - i) {
-    case 1: group_rows<kQ4, 1>(b, act, g, i, out); break;
-    case 2: group_rows<kQ4, 2>(b, act, g, i, out); break;
-    case 3: group_rows<kQ4, 3>(b, act, g, i, out); break;
+    case 1: group_rows<T, 1>(b, act, g, i, out); break;
+    case 2: group_rows<T, 2>(b, act, g, i, out); break;
+    case 3: group_rows<T, 3>(b, act, g, i, out); break;
     default: break;
   }
 }
@@ -106,10 +123,11 @@ void group_all(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, 
 }  // namespace
 
 void interleaved_group_avx512(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
-  if (b.source == DType::Q4_0)
-    group_all<true>(b, act, g, out);
-  else
-    group_all<false>(b, act, g, out);
+  switch (b.source) {
+    case DType::Q4_0: return group_all<DType::Q4_0>(b, act, g, out);
+    case DType::Q4_1: return group_all<DType::Q4_1>(b, act, g, out);
+    default: return group_all<DType::Q8_0>(b, act, g, out);
+  }
 }
 
 }  // namespace graft::runtime::detail

@@ -1,4 +1,4 @@
-// Q4_0 / Q8_0 weights interleaved 16 rows at a time: the copy made at load, its inverse (tests), the
+// Q4_0 / Q4_1 / Q8_0 weights interleaved 16 rows at a time: the copy made at load, its inverse (tests), the
 // scalar model of the block-model kernel, and the column driver.
 #include "runtime/interleaved_blocks.h"
 
@@ -16,10 +16,11 @@ namespace graft::runtime {
 namespace {
 constexpr int64_t kRows = 16;
 constexpr int64_t kBlock = 32;
-int64_t block_bytes(DType t) { return t == DType::Q4_0 ? 18 : 34; }
+int64_t block_bytes(DType t) { return t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34; }
+int64_t codes_at(DType t) { return t == DType::Q4_1 ? 4 : 2; }  // after d (and Q4_1's m)
 }  // namespace
 
-bool interleavable(DType t) { return t == DType::Q4_0 || t == DType::Q8_0; }
+bool interleavable(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
 
 bool interleave_enabled(DType t) {
   static const bool on = [] {
@@ -31,7 +32,7 @@ bool interleave_enabled(DType t) {
 
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool) {
   if (!interleavable(w.dtype) || w.shape.size() != 2 || w.shape[1] % kBlock != 0)
-    fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0 or Q8_0 weight with k a multiple of 32, got ",
+    fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0, Q4_1 or Q8_0 weight with k a multiple of 32, got ",
             dtype_name(w.dtype), " ", shape_str(w.shape));
   auto out = std::make_shared<InterleavedBlocks>();
   InterleavedBlocks& b = *out;
@@ -39,15 +40,16 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
   b.n = w.shape[0];
   b.k = w.shape[1];
   b.blocks = b.k / kBlock;
-  b.code_bytes = w.dtype == DType::Q4_0 ? 256 : 512;
-  b.group_bytes = (b.blocks * (b.code_bytes + 32) + 63) / 64 * 64;
+  b.code_bytes = w.dtype == DType::Q8_0 ? 512 : 256;
+  b.scale_bytes = w.dtype == DType::Q4_1 ? 64 : 32;
+  b.group_bytes = (b.blocks * (b.code_bytes + b.scale_bytes) + 63) / 64 * 64;
   const size_t bytes = static_cast<size_t>(b.groups() * b.group_bytes) + 64;
   b.storage = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
-  const auto at = reinterpret_cast<uintptr_t>(b.storage.get());
-  b.base = b.storage.get() + (64 - at % 64) % 64;
-  const int64_t src_block = block_bytes(w.dtype), row_bytes = b.blocks * src_block;
+  const auto addr = reinterpret_cast<uintptr_t>(b.storage.get());
+  b.base = b.storage.get() + (64 - addr % 64) % 64;
+  const int64_t src_block = block_bytes(w.dtype), row_bytes = b.blocks * src_block, at = codes_at(w.dtype);
   const auto* src = static_cast<const uint8_t*>(w.data);
-  const bool q4 = w.dtype == DType::Q4_0;
+  const bool q4 = w.dtype != DType::Q8_0, mins = w.dtype == DType::Q4_1;
   auto groups = [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       auto* codes = const_cast<uint8_t*>(b.codes(g));
@@ -57,11 +59,13 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
         const uint8_t* row = src + (g * kRows + r) * row_bytes;
         for (int64_t blk = 0; blk < b.blocks; ++blk) {
           const uint8_t* p = row + blk * src_block;
-          std::memcpy(&scales[blk * kRows + r], p, 2);
+          uint16_t* s = scales + blk * b.scale_bytes / 2;
+          std::memcpy(&s[r], p, 2);
+          if (mins) std::memcpy(&s[kRows + r], p + 2, 2);
           uint8_t* dst = codes + blk * b.code_bytes + r * 4;
           for (int t = 0; t < (q4 ? 4 : 8); ++t)
             for (int c = 0; c < 4; ++c)
-              dst[t * 64 + c] = q4 ? p[2 + 4 * t + c] : static_cast<uint8_t>(p[2 + 4 * t + c] ^ 0x80u);
+              dst[t * 64 + c] = q4 ? p[at + 4 * t + c] : static_cast<uint8_t>(p[at + 4 * t + c] ^ 0x80u);
         }
       }
     }
@@ -74,15 +78,17 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
 }
 
 void deinterleave_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
-  const int64_t g = j / kRows, r = j % kRows, src_block = block_bytes(b.source);
-  const bool q4 = b.source == DType::Q4_0;
+  const int64_t g = j / kRows, r = j % kRows, src_block = block_bytes(b.source), at = codes_at(b.source);
+  const bool q4 = b.source != DType::Q8_0;
   for (int64_t blk = 0; blk < b.blocks; ++blk) {
     uint8_t* p = row + blk * src_block;
-    std::memcpy(p, &b.scales(g)[blk * kRows + r], 2);
+    const uint16_t* s = b.scales(g) + blk * b.scale_bytes / 2;
+    std::memcpy(p, &s[r], 2);
+    if (b.source == DType::Q4_1) std::memcpy(p + 2, &s[kRows + r], 2);
     const uint8_t* src = b.codes(g) + blk * b.code_bytes + r * 4;
     for (int t = 0; t < (q4 ? 4 : 8); ++t)
       for (int c = 0; c < 4; ++c)
-        p[2 + 4 * t + c] = q4 ? src[t * 64 + c] : static_cast<uint8_t>(src[t * 64 + c] ^ 0x80u);
+        p[at + 4 * t + c] = q4 ? src[t * 64 + c] : static_cast<uint8_t>(src[t * 64 + c] ^ 0x80u);
   }
 }
 
@@ -90,7 +96,8 @@ namespace detail {
 
 void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   const int64_t k = b.k;
-  const bool q4 = b.source == DType::Q4_0;
+  const bool q4 = b.source != DType::Q8_0, mins = b.source == DType::Q4_1;
+  const int32_t offset = b.source == DType::Q4_0 ? 8 : 0;  // Q8_0's codes are read back signed
   for (int64_t i = 0; i < act.m; ++i)
     for (int64_t r = 0; r < kRows; ++r) {
       float acc = 0.0f;
@@ -102,14 +109,16 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
           const int t = c / 4, e = c % 4;
           int32_t code;
           if (q4)
-            code = (t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4)) - 8;
+            code = (t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4)) - offset;
           else
             code = static_cast<int32_t>(w[t * 64 + e]) - 128;
           s += code * static_cast<int32_t>(x[c]);
         }
-        const float dw = f16_to_f32(b.scales(g)[blk * kRows + r]);
+        const uint16_t* sc = b.scales(g) + blk * b.scale_bytes / 2;
         const float dx = act.d4[(i * k + blk * kBlock) / 4];
-        acc = std::fma(static_cast<float>(s), dw * dx, acc);
+        acc = std::fma(static_cast<float>(s), f16_to_f32(sc[r]) * dx, acc);
+        if (mins)
+          acc = std::fma(f16_to_f32(sc[kRows + r]), dx * static_cast<float>(act.sum32[i * b.blocks + blk]), acc);
       }
       out[i * kRows + r] = acc;
     }

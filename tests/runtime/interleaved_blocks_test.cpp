@@ -1,4 +1,4 @@
-// Q4_0 / Q8_0 weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights: random
+// Q4_0 / Q4_1 / Q8_0 weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights: random
 // blocks on awkward shapes (one row, n not a multiple of 16, one block, k an odd number of blocks).
 // Tolerances, and why:
 //   - the layout: every row read back from the copy equals the GGUF row byte for byte;
@@ -27,7 +27,7 @@
 namespace graft::runtime::detail {
 namespace {
 
-const DType kTypes[] = {DType::Q4_0, DType::Q8_0};
+const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0};
 struct Shape3 { int64_t m, n, k; };
 const Shape3 kShapes[] = {{1, 1, 32}, {1, 16, 96}, {3, 17, 64}, {5, 40, 576}, {9, 33, 160}, {2, 15, 32}};
 
@@ -60,7 +60,7 @@ TEST(InterleavedBlocks, EveryRowReadsBackAsTheGgufRow) {
 }
 
 TEST(InterleavedBlocks, RefusesOtherFormats) {
-  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q4_1, 2, 32, 1)), Error);
+  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q5_0, 2, 32, 1)), Error);
   EXPECT_FALSE(interleavable(DType::Q4_K));
   EXPECT_TRUE(interleavable(DType::Q8_0));
 }
@@ -140,7 +140,7 @@ TEST(InterleavedBlocks, MatmulManyEqualsOneMatmulPerTarget) {
   const int64_t k = 96, m = 3;
   const model::Matrix q = interleaved_matrix(DType::Q8_0, 48, k, 31);
   const model::Matrix kk = interleaved_matrix(DType::Q4_0, 20, k, 37);
-  const model::Matrix v = model::Matrix::of(random_blocks(DType::Q4_1, 24, k, 41));  // read as stored
+  const model::Matrix v = model::Matrix::of(random_blocks(DType::Q5_1, 24, k, 41));  // read as stored
   const auto x = random_x(m, k, 43);
   ThreadPool pool(2);
   std::vector<float> yq(m * 48), yk(m * 20), yv(m * 24);
@@ -154,12 +154,12 @@ TEST(InterleavedBlocks, MatmulManyEqualsOneMatmulPerTarget) {
 TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
   ThreadPool pool(1);
   model::Matrix q8 = model::Matrix::of(random_blocks(DType::Q8_0, 16, 64, 47));
-  model::Matrix q41 = model::Matrix::of(random_blocks(DType::Q4_1, 16, 64, 53));
+  model::Matrix q50 = model::Matrix::of(random_blocks(DType::Q5_0, 16, 64, 53));
   const int64_t bytes = prepare_matrix(q8, pool);
   EXPECT_EQ(q8.interleaved != nullptr, interleave_enabled(DType::Q8_0));
   EXPECT_EQ(bytes, q8.interleaved ? q8.interleaved->nbytes() : 0);
-  EXPECT_EQ(prepare_matrix(q41, pool), 0);
-  EXPECT_EQ(q41.interleaved, nullptr);
+  EXPECT_EQ(prepare_matrix(q50, pool), 0);
+  EXPECT_EQ(q50.interleaved, nullptr);
   EXPECT_EQ(interleave_enabled(DType::Q4_0), best_q8_kernel() == Q8Kernel::Avx512Vnni &&
                                                   !(std::getenv("GRAFT_Q8_INTERLEAVE") &&
                                                     std::string(std::getenv("GRAFT_Q8_INTERLEAVE")) == "0"));

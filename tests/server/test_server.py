@@ -30,6 +30,29 @@ def tokens_of(server, prompt, lora=None, n=16, cache_prompt=False):
     return server.complete(prompt, n=n, **fields)["tokens"]
 
 
+def same_up_to_near_tie(server, prompt, lora_a, lora_b, margin, n=16):
+    """Greedy runs with two adapters agree token for token, except that from a position where run a's
+    top two tokens are within `margin` logprob of each other (a near-tie) they may part; there run b
+    must rank the same two tokens first, also within `margin`."""
+    runs = []
+    for lora in (lora_a, lora_b):
+        r = server.post("/completion", {"prompt": prompt, "n_predict": n, "temperature": 0, "n_probs": 2,
+                                        "cache_prompt": False, "lora": [lora]})
+        assert r.status_code == 200, r.text
+        runs.append(r.json())
+    a, b = (run["tokens"] for run in runs)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x == y:
+            continue
+        for run in runs:
+            top = run["completion_probabilities"][i]["top_logprobs"]
+            assert {t["id"] for t in top[:2]} == {x, y}, (i, top)
+            assert top[0]["logprob"] - top[1]["logprob"] < margin, (i, top)
+        return i
+    assert len(a) == len(b) == n
+    return n
+
+
 def metric(text, name):
     """The value of an unlabelled metric in Prometheus text."""
     for line in text.splitlines():
@@ -333,16 +356,14 @@ def test_client_disconnect_mid_stream_frees_the_slot(server):
 
 
 def test_api_key_and_init_without_apply(server):
-    # F32 KV cache: the q8_0 GGUF conversion of the pirate adapter gives the PEFT adapter's 16 greedy
-    # tokens with it; with the default F16 cache the two part within them on this prompt (the
-    # conversion's rounding is no longer the only one). References (base, PEFT) come from this server.
+    # F32 KV cache, so that the adapters' own rounding (the q8_0 conversion) is the main difference
+    # between the PEFT pirate adapter and its GGUF conversion. References (base, PEFT) come from this server.
     s = Server("--lora", PEFT + "," + GGUF_PIRATE, "--lora-init-without-apply", "--cache-type", "f32",
                api_key="s3cret")
     try:
         assert s.get("/props").json()["cache_type"] == "f32"
         base = tokens_of(s, PROMPT, lora=[])
-        pirate = tokens_of(s, PROMPT, lora=[{"id": 0, "scale": 1.0}])
-        assert pirate != base
+        assert tokens_of(s, PROMPT, lora=[{"id": 0, "scale": 1.0}]) != base
         assert requests.get(s.url + "/health").status_code == 200  # no key needed
         r = requests.get(s.url + "/lora-adapters")
         error_of(r, 401, "authentication_error")
@@ -352,8 +373,11 @@ def test_api_key_and_init_without_apply(server):
         assert [a["scale"] for a in listed] == [0.0, 0.0] and listed[1]["path"] == GGUF_PIRATE
         assert "task_name" in listed[1] and "prompt_prefix" in listed[1]
         assert tokens_of(s, PROMPT) == base, "--lora-init-without-apply output differs from the base model"
-        # llama.cpp's conversion (q8_0) of the PEFT pirate adapter, served unfused: the PEFT adapter's tokens.
-        assert tokens_of(s, PROMPT, lora=[{"id": 1, "scale": 1.0}]) == pirate
+        # llama.cpp's conversion (q8_0) of the PEFT pirate adapter, served unfused: the PEFT adapter's
+        # tokens, up to a near-tie. On this prompt the second token is one (PEFT: 216 vs 1116 within
+        # 0.004-0.009 logprob, depending on the kernels' summation order), so the check is: the same
+        # tokens until the first divergence, and there both runs rank the two tokens within 0.05.
+        same_up_to_near_tie(s, PROMPT, {"id": 0, "scale": 1.0}, {"id": 1, "scale": 1.0}, margin=0.05)
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="s3cret")
         assert client.completions.create(model="x", prompt=PROMPT, max_tokens=4, temperature=0).choices
     finally:
