@@ -9,6 +9,8 @@
 #include <new>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "graft/core/error.h"
 
 namespace graft::runtime {
@@ -43,10 +45,12 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
   b.code_bytes = w.dtype == DType::Q8_0 ? 512 : 256;
   b.scale_bytes = w.dtype == DType::Q4_1 ? 64 : 32;
   b.group_bytes = (b.blocks * (b.code_bytes + b.scale_bytes) + 63) / 64 * 64;
-  const size_t bytes = static_cast<size_t>(b.groups() * b.group_bytes) + 64;
-  b.storage = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
-  const auto addr = reinterpret_cast<uintptr_t>(b.storage.get());
-  b.base = b.storage.get() + (64 - addr % 64) % 64;
+  // Pages mapped in bulk (MAP_POPULATE): a page fault per 4 KiB touched was half of the copy's time.
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(b.groups() * b.group_bytes), 1);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (mem == MAP_FAILED) throw std::bad_alloc();
+  b.storage = std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(mem), [bytes](uint8_t* p) { munmap(p, bytes); });
+  b.base = b.storage.get();
   const int64_t src_block = block_bytes(w.dtype), row_bytes = b.blocks * src_block, at = codes_at(w.dtype);
   const auto* src = static_cast<const uint8_t*>(w.data);
   const bool q4 = w.dtype != DType::Q8_0, mins = w.dtype == DType::Q4_1;
@@ -54,7 +58,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
     for (int64_t g = g0; g < g1; ++g) {
       auto* codes = const_cast<uint8_t*>(b.codes(g));
       auto* scales = const_cast<uint16_t*>(b.scales(g));
-      std::memset(codes, 0, static_cast<size_t>(b.group_bytes));  // rows past n: zero codes, scale 0
+      // (the mapping starts zeroed: rows past n keep zero codes and scale 0)
       for (int64_t r = 0; r < kRows && g * kRows + r < b.n; ++r) {
         const uint8_t* row = src + (g * kRows + r) * row_bytes;
         for (int64_t blk = 0; blk < b.blocks; ++blk) {
@@ -63,9 +67,13 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
           std::memcpy(&s[r], p, 2);
           if (mins) std::memcpy(&s[kRows + r], p + 2, 2);
           uint8_t* dst = codes + blk * b.code_bytes + r * 4;
-          for (int t = 0; t < (q4 ? 4 : 8); ++t)
-            for (int c = 0; c < 4; ++c)
-              dst[t * 64 + c] = q4 ? p[at + 4 * t + c] : static_cast<uint8_t>(p[at + 4 * t + c] ^ 0x80u);
+          const uint32_t flip = q4 ? 0u : 0x80808080u;  // Q8_0: q_w + 128 in every byte
+          for (int t = 0; t < (q4 ? 4 : 8); ++t) {
+            uint32_t word;
+            std::memcpy(&word, p + at + 4 * t, 4);
+            word ^= flip;
+            std::memcpy(dst + t * 64, &word, 4);
+          }
         }
       }
     }
