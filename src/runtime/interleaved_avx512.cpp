@@ -24,7 +24,7 @@ namespace graft::runtime::detail {
 
 namespace {
 
-constexpr int kMaxRows = 4;
+constexpr int kMaxRows = 8;
 // Decode streams each weight byte once from L3 or memory, and the hardware prefetcher stops at 4 KiB
 // page boundaries: each block asks for the group's bytes kAhead further on (a cursor advancing
 // code_bytes + 32 per block covers the codes, the scales and the next group; prefetches past the
@@ -53,17 +53,18 @@ struct Fmt {
 template <DType T, int R>
 GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, int64_t i0,
                               float* out) {
-  const int64_t k = b.k, nb = b.blocks;
+  const int64_t nb = b.blocks;
   const uint8_t* codes = b.codes(g);
   const uint16_t* scales = b.scales(g);
-  const int8_t* xq = act.q.data() + i0 * k;
-  const float* d4 = act.d4.data() + i0 * (k / 4);
-  const int32_t* s32 = act.sum32.data() + i0 * nb;
+  // The packed records of rows i0 .. i0 + R − 1: one pointer each for codes, scales and sums.
+  const int8_t* xq = act.xb.data() + i0 * nb * 32;
+  const float* xd = act.xd.data() + i0 * nb;
+  const int32_t* xs = act.xs.data() + i0 * nb;
   using F = Fmt<T>;
   __m512 acc[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t blk = 0; blk < nb; ++blk) {
+  for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += R, xs += R) {
     const uint8_t* p = codes + blk * F::kCodeBytes;
     const char* ahead = reinterpret_cast<const char*>(codes) + blk * (F::kCodeBytes + F::kScaleBytes) + kAhead;
 #pragma GCC unroll 9
@@ -85,10 +86,10 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
     const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
     __m512 mw;
     if constexpr (F::kMin) mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + 16)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const int8_t* x = xq + r * k + blk * 32;
-      const __m512i start = F::kOffset ? _mm512_set1_epi32(-F::kOffset * s32[r * nb + blk]) : _mm512_setzero_si512();
+      const int8_t* x = xq + r * 32;
+      const __m512i start = F::kOffset ? _mm512_set1_epi32(-F::kOffset * xs[r]) : _mm512_setzero_si512();
       __m512i s0 = _mm512_dpbusd_epi32(start, w[0], bcst4(x));
       __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcst4(x + 4));
       s0 = _mm512_dpbusd_epi32(s0, w[2], bcst4(x + 8));
@@ -97,14 +98,14 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
       s1 = _mm512_dpbusd_epi32(s1, w[5], bcst4(x + 20));
       s0 = _mm512_dpbusd_epi32(s0, w[6], bcst4(x + 24));
       s1 = _mm512_dpbusd_epi32(s1, w[7], bcst4(x + 28));
-      const float dx = d4[r * (k / 4) + blk * 8];
+      const float dx = xd[r];
       const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[r]);
       if constexpr (F::kMin)
-        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx * static_cast<float>(s32[r * nb + blk])), acc[r]);
+        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx * static_cast<float>(xs[r])), acc[r]);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (i0 + r) * 16, acc[r]);
 }
 
@@ -116,6 +117,10 @@ void group_all(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, 
     case 1: group_rows<T, 1>(b, act, g, i, out); break;
     case 2: group_rows<T, 2>(b, act, g, i, out); break;
     case 3: group_rows<T, 3>(b, act, g, i, out); break;
+    case 4: group_rows<T, 4>(b, act, g, i, out); break;
+    case 5: group_rows<T, 5>(b, act, g, i, out); break;
+    case 6: group_rows<T, 6>(b, act, g, i, out); break;
+    case 7: group_rows<T, 7>(b, act, g, i, out); break;
     default: break;
   }
 }

@@ -134,8 +134,9 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
 
 void interleaved_cols(const InterleavedBlocks& b, const Q8Activations& act, float* y, int64_t ldy, bool accumulate,
                       int64_t j0, int64_t j1, bool avx512) {
-  if (act.k != b.k)
-    fail_as(ErrorKind::kInternal, "interleaved_cols: activations of ", act.k, " columns for a weight of ", b.k);
+  if (act.k != b.k || (avx512 && act.xb.size() != static_cast<size_t>(act.m * act.k)))
+    fail_as(ErrorKind::kInternal, "interleaved_cols: activations of ", act.k, " columns (packed: ", act.xb.size(),
+            " bytes) for a weight of ", b.k, " columns");
   thread_local std::vector<float> out;
   out.resize(static_cast<size_t>(act.m * kRows));
   for (int64_t g = j0 / kRows; g * kRows < j1; ++g) {

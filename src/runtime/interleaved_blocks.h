@@ -66,7 +66,8 @@ void deinterleave_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
 namespace detail {
 
 // Activation rows as the block model reads them: act.q (signed codes), act.d4 (d_x, eight times per
-// block) and act.sum32 (Σ q_x per block). quantize_activations fills all three.
+// block) and act.sum32 (Σ q_x per block), which quantize_activations fills; the SIMD kernels read
+// the same values packed by act.pack_blocks8 (call it first).
 //
 // Output columns [j0, j1) of rows 0 .. act.m − 1: y[i·ldy + j] (= or +=). `avx512`: the VNNI kernel
 // (the CPU must have it), else the scalar model; the two agree bit for bit.

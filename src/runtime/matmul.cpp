@@ -132,6 +132,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
     if (!x || !y) fail("matmul: null x or output pointer");
     detail::Q8Activations act;
     detail::quantize_activations(x, m, b.k, act, &pool);
+    act.pack_blocks8(&pool);
     const int64_t groups = b.groups();
     const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
     const bool avx512 = vnni512();
@@ -157,7 +158,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   const int64_t k = targets[0].w->cols;
   // Each target's preparation, and its first column in the concatenated column space.
   std::vector<DType> block_types;  // of the GGUF block weights read as stored
-  bool any_blocks = false;
+  bool any_blocks = false, any_interleaved = false;
   std::vector<AffinePrepared> affine(targets.size());
   std::vector<int64_t> start(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -167,6 +168,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
       affine[i] = prepare_affine(x, m, k, w.quant);
     } else if (dtype_is_quantized(w.dense.dtype)) {
       any_blocks = true;
+      any_interleaved = any_interleaved || w.interleaved;
       if (!w.interleaved) block_types.push_back(w.dense.dtype);
     }
     else
@@ -176,6 +178,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   const detail::Q8Kernel q8 = detail::best_q8_kernel();
   detail::Q8Activations act;
   if (any_blocks) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
+  if (any_interleaved) act.pack_blocks8(&pool);
   const detail::Isa isa = detail::best_isa();
   const bool avx512 = vnni512();
   // Units of 16 columns: a cut never splits an interleaved group (targets start at multiples of 16

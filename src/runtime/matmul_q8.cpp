@@ -241,6 +241,30 @@ void Q8Activations::pack_rows8(bool with_min, ThreadPool* pool) {
     pack(0, groups);
 }
 
+void Q8Activations::pack_blocks8(ThreadPool* pool) {
+  const int64_t nb = k / 32;
+  xb.resize(static_cast<size_t>(m * k));
+  xd.resize(static_cast<size_t>(m * nb));
+  xs.resize(static_cast<size_t>(m * nb));
+  auto pack = [&](int64_t grp0, int64_t grp1) {
+    for (int64_t i0 = grp0 * 8; i0 < std::min(m, grp1 * 8); i0 += 8) {
+      const int64_t rows = std::min<int64_t>(8, m - i0);
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t at = i0 * nb + b * rows + r, i = i0 + r;
+          std::memcpy(&xb[at * 32], &q[i * k + b * 32], 32);
+          xd[at] = d4[(i * k + b * 32) / 4];
+          xs[at] = sum32[i * nb + b];
+        }
+    }
+  };
+  const int64_t groups = (m + 7) / 8;
+  if (pool && groups > 1 && m * k >= kSplitWork)
+    pool->parallel_for(groups, pack);
+  else
+    pack(0, groups);
+}
+
 int q8_fused_max_rows(Q8Kernel k) { return k == Q8Kernel::Avx512Vnni ? 8 : 4; }
 
 namespace {

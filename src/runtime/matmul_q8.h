@@ -45,6 +45,14 @@ struct Q8Activations {
   // zero past k / 16 (formats with a min).
   std::vector<float> s8;
   void pack_rows8(bool with_min, ThreadPool* pool = nullptr);
+  // The interleaved kernel's layout (pack_blocks8; interleaved_blocks.h): rows in groups of eight
+  // (the last may hold fewer, R), block-major inside a group: row i0 + r's codes of block b at
+  // xb[(i0·nb + b·R + r)·32], its d_x and Σ q_x at xd / xs[i0·nb + b·R + r] (nb = k / 32, i0 a
+  // multiple of 8), so that a kernel reaches eight rows' data at constant offsets from one pointer.
+  std::vector<int8_t> xb;
+  std::vector<float> xd;
+  std::vector<int32_t> xs;
+  void pack_blocks8(ThreadPool* pool = nullptr);
   const uint8_t* x8_records() const;  // x8's data, 64-byte aligned
 };
 // Rows split over the pool when one is given (results do not depend on it).

@@ -29,7 +29,9 @@ namespace {
 
 const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0};
 struct Shape3 { int64_t m, n, k; };
-const Shape3 kShapes[] = {{1, 1, 32}, {1, 16, 96}, {3, 17, 64}, {5, 40, 576}, {9, 33, 160}, {2, 15, 32}};
+// m = 9, 20: the kernels' tiles of eight activation rows plus a remainder.
+const Shape3 kShapes[] = {{1, 1, 32},   {1, 16, 96}, {3, 17, 64}, {5, 40, 576},
+                          {9, 33, 160}, {2, 15, 32}, {20, 17, 96}};
 
 bool have_vnni512() { return q8_kernel_supported(Q8Kernel::Avx512Vnni); }
 
@@ -37,6 +39,7 @@ std::vector<float> run(const InterleavedBlocks& b, const float* x, int64_t m, bo
                        int64_t j1 = -1) {
   Q8Activations act;
   quantize_activations(x, m, b.k, act);
+  act.pack_blocks8();
   std::vector<float> y(static_cast<size_t>(m * b.n), -1.0f);
   interleaved_cols(b, act, y.data(), b.n, false, j0, j1 < 0 ? b.n : j1, avx512);
   return y;
@@ -124,7 +127,7 @@ std::vector<float> run_matrix(const model::Matrix& w, const float* x, int64_t m,
 
 TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
   for (DType t : kTypes) {
-    const int64_t k = 576, n = 70, m = 6;
+    const int64_t k = 576, n = 70, m = 60;  // m·k > 32k: quantized and packed over the pool
     const model::Matrix w = interleaved_matrix(t, n, k, 23);
     const auto x = random_x(m, k, 29);
     const auto all = run_matrix(w, x.data(), m, 1);
