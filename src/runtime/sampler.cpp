@@ -1,5 +1,7 @@
 #include "graft/runtime/sampler.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
@@ -18,27 +20,68 @@ void validate(const SamplingParams& p) {
 }
 
 int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  return best;
+  // The largest value eight lanes at a time, then its first index: the lowest id on ties, as the
+  // plain scan (a vocabulary of 49,152 scanned element by element was 3 % of a server step).
+  const int64_t n = static_cast<int64_t>(logits.size());
+  if (n < 16) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+    return best;
+  }
+  __m256 mx = _mm256_loadu_ps(logits.data());
+  int64_t i = 8;
+  for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(logits.data() + i));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, mx);
+  float m = lanes[0];
+  for (float v : lanes) m = std::max(m, v);
+  for (; i < n; ++i) m = std::max(m, logits[i]);
+  for (int64_t j = 0; j < n; ++j)
+    if (logits[j] == m) return static_cast<int32_t>(j);
+  return 0;  // NaN everywhere: callers refuse non-finite logits first
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params); }
 
+namespace {
+// The first non-finite logit's index, or -1: eight lanes at a time (x − x is 0 only for finite x).
+int64_t first_non_finite(std::span<const float> logits) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(logits.data() + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ)) != 0) break;
+  }
+  for (; i < n; ++i)
+    if (!std::isfinite(logits[i])) return i;
+  return -1;
+}
+
+[[noreturn]] void refuse_logit(float v, int64_t i) {
+  // NaN/Inf weights (or an overflow) surface here, whatever their path: refuse rather than print
+  // garbage chosen from a meaningless distribution.
+  fail("the model produced a non-finite logit (", v, " for token ", i,
+       "): its weights or an adapter hold NaN/Inf values, or the activations overflowed");
+}
+}  // namespace
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   const SamplingParams& p = params_;
+  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n > 0;
+  if (p.temperature <= 0.0f && !penalty) {  // greedy without a penalty: no copy (the server's common case)
+    if (const int64_t bad = first_non_finite(logits); bad >= 0) refuse_logit(logits[bad], bad);
+    return argmax(logits);
+  }
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
     // NaN/Inf weights (or an overflow) surface here, whatever their path: refuse rather than print
     // garbage chosen from a meaningless distribution.
-    if (!std::isfinite(logits[i]))
-      fail("the model produced a non-finite logit (", logits[i], " for token ", i,
-           "): its weights or an adapter hold NaN/Inf values, or the activations overflowed");
+    if (!std::isfinite(logits[i])) refuse_logit(logits[i], static_cast<int64_t>(i));
     candidates_[i] = {logits[i], static_cast<int32_t>(i)};
   }
 
-  if (p.repeat_penalty != 1.0f && p.repeat_last_n > 0) {
+  if (penalty) {
     const size_t n = std::min<size_t>(history.size(), static_cast<size_t>(p.repeat_last_n));
     std::unordered_set<int32_t> seen(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
     for (int32_t id : seen) {

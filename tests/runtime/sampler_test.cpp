@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
+#include <string>
 
 #include "graft/core/error.h"
 
@@ -28,6 +30,38 @@ std::map<int32_t, int> histogram(const SamplingParams& p, const std::vector<floa
 TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   Sampler s(params(0));
   EXPECT_EQ(s.sample(std::vector<float>{0.1f, 3.0f, -1.0f, 3.0f}, {}), 1);
+}
+
+// A vocabulary-sized row goes through the vectorized scan: the same answer as the plain one.
+TEST(Sampler, GreedyOnALongRowTakesTheFirstLargest) {
+  std::vector<float> logits(49157);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 7919) % 1000) * 0.01f - 5.0f;
+  size_t expect = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[expect]) expect = i;
+  Sampler s(params(0));
+  EXPECT_EQ(s.sample(logits, {}), static_cast<int32_t>(expect));
+  logits[49156] = 100.0f;  // in the scalar tail
+  EXPECT_EQ(s.sample(logits, {}), 49156);
+  logits[12345] = 100.0f;  // a tie: the lower id
+  EXPECT_EQ(argmax(logits), 12345);
+  EXPECT_EQ(argmax(std::vector<float>(20, 0.0f)), 0);
+}
+
+TEST(Sampler, NonFiniteLogitsAreRefusedWithTheirToken) {
+  for (bool greedy : {true, false})
+    for (size_t at : {size_t{3}, size_t{40}, size_t{49156}})  // vector body and scalar tail
+      for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+        std::vector<float> logits(49157, 0.5f);
+        logits[at] = bad;
+        Sampler s(params(greedy ? 0.0f : 0.8f));
+        try {
+          s.sample(logits, {});
+          FAIL() << "accepted a non-finite logit at " << at;
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("for token " + std::to_string(at)), std::string::npos) << e.what();
+        }
+      }
 }
 
 TEST(Sampler, SameSeedSameTokens) {
