@@ -12,7 +12,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "runtime/interleaved_blocks.h"
@@ -25,30 +24,12 @@ namespace graft::runtime::detail {
 namespace {
 
 constexpr int kMaxRows = 8;
-// Decode streams each weight byte once from L3 or memory, and the hardware prefetcher stops at 4 KiB
-// page boundaries: each block asks for the group's bytes kAhead further on (a cursor advancing
-// code_bytes + 32 per block covers the codes, the scales and the next group; prefetches past the
-// end never fault).
-const int64_t kAhead = [] {
-  const char* e = std::getenv("GRAFT_Q8_PREFETCH");
-  return e ? std::atoll(e) : 2048;
-}();
 
 GRAFT_I512 __m512i bcst4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
 }
-
-// Per format: bytes of codes and scales per block, the codes' offset, whether a min follows.
-template <DType T>
-struct Fmt {
-  static constexpr bool kNibbles = T != DType::Q8_0;
-  static constexpr bool kMin = T == DType::Q4_1;
-  static constexpr int kCodeBytes = kNibbles ? 256 : 512;
-  static constexpr int kScaleBytes = kMin ? 64 : 32;
-  static constexpr int32_t kOffset = T == DType::Q4_0 ? 8 : T == DType::Q8_0 ? 128 : 0;
-};
 
 template <DType T, int R>
 GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, int64_t i0,
@@ -60,13 +41,14 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   const int8_t* xq = act.xb.data() + i0 * nb * 32;
   const float* xd = act.xd.data() + i0 * nb;
   const int32_t* xs = act.xs.data() + i0 * nb;
-  using F = Fmt<T>;
+  using F = InterleavedFmt<T>;
+  const int64_t ahead_bytes = interleaved_prefetch_ahead();
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += R, xs += R) {
     const uint8_t* p = codes + blk * F::kCodeBytes;
-    const char* ahead = reinterpret_cast<const char*>(codes) + blk * (F::kCodeBytes + F::kScaleBytes) + kAhead;
+    const char* ahead = reinterpret_cast<const char*>(codes) + blk * (F::kCodeBytes + F::kScaleBytes) + ahead_bytes;
 #pragma GCC unroll 9
     for (int l = 0; l < (F::kCodeBytes + F::kScaleBytes + 63) / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
     __m512i w[8];
@@ -111,18 +93,8 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
 
 template <DType T>
 void group_all(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
-  int64_t i = 0;
-  for (; i + kMaxRows <= act.m; i += kMaxRows) group_rows<T, kMaxRows>(b, act, g, i, out);
-  switch (act.m - i) {
-    case 1: group_rows<T, 1>(b, act, g, i, out); break;
-    case 2: group_rows<T, 2>(b, act, g, i, out); break;
-    case 3: group_rows<T, 3>(b, act, g, i, out); break;
-    case 4: group_rows<T, 4>(b, act, g, i, out); break;
-    case 5: group_rows<T, 5>(b, act, g, i, out); break;
-    case 6: group_rows<T, 6>(b, act, g, i, out); break;
-    case 7: group_rows<T, 7>(b, act, g, i, out); break;
-    default: break;
-  }
+  // Tiles of eight rows then one of the rest: the groups of act.pack_blocks8.
+  for_row_tiles<kMaxRows>(0, act.m, [&]<int R>(int64_t i) { group_rows<T, R>(b, act, g, i, out); });
 }
 
 }  // namespace

@@ -27,7 +27,9 @@ bool interleavable(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t =
 bool interleave_enabled(DType t) {
   static const bool on = [] {
     const char* e = std::getenv("GRAFT_Q8_INTERLEAVE");
-    return !(e && std::strcmp(e, "0") == 0) && detail::best_q8_kernel() == detail::Q8Kernel::Avx512Vnni;
+    const detail::Q8Kernel k = detail::best_q8_kernel();
+    return !(e && std::strcmp(e, "0") == 0) &&
+           (k == detail::Q8Kernel::Avx2 || k == detail::Q8Kernel::AvxVnni || k == detail::Q8Kernel::Avx512Vnni);
   }();
   return on && interleavable(t);
 }
@@ -102,6 +104,14 @@ void deinterleave_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
 
 namespace detail {
 
+int64_t interleaved_prefetch_ahead() {
+  static const int64_t ahead = [] {
+    const char* e = std::getenv("GRAFT_Q8_PREFETCH");
+    return e ? std::atoll(e) : 2048;
+  }();
+  return ahead;
+}
+
 void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   const int64_t k = b.k;
   const bool q4 = b.source != DType::Q8_0, mins = b.source == DType::Q4_1;
@@ -133,17 +143,18 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
 }
 
 void interleaved_cols(const InterleavedBlocks& b, const Q8Activations& act, float* y, int64_t ldy, bool accumulate,
-                      int64_t j0, int64_t j1, bool avx512) {
-  if (act.k != b.k || (avx512 && act.xb.size() != static_cast<size_t>(act.m * act.k)))
+                      int64_t j0, int64_t j1, Q8Kernel kernel) {
+  if (act.k != b.k || (kernel == Q8Kernel::Avx512Vnni && act.xb.size() != static_cast<size_t>(act.m * act.k)))
     fail_as(ErrorKind::kInternal, "interleaved_cols: activations of ", act.k, " columns (packed: ", act.xb.size(),
             " bytes) for a weight of ", b.k, " columns");
+  const auto group = kernel == Q8Kernel::Avx512Vnni ? interleaved_group_avx512
+                     : kernel == Q8Kernel::AvxVnni  ? interleaved_group_avxvnni
+                     : kernel == Q8Kernel::Avx2     ? interleaved_group_avx2
+                                                    : interleaved_group_scalar;
   thread_local std::vector<float> out;
   out.resize(static_cast<size_t>(act.m * kRows));
   for (int64_t g = j0 / kRows; g * kRows < j1; ++g) {
-    if (avx512)
-      interleaved_group_avx512(b, act, g, out.data());
-    else
-      interleaved_group_scalar(b, act, g, out.data());
+    group(b, act, g, out.data());
     const int64_t c0 = std::max(j0, g * kRows), c1 = std::min({j1, g * kRows + kRows, b.n});
     for (int64_t i = 0; i < act.m; ++i)
       for (int64_t j = c0; j < c1; ++j) {

@@ -1,9 +1,10 @@
 // Internal to the runtime layer: GGUF Q4_0 / Q4_1 / Q8_0 weights copied at load into groups of 16 rows
-// interleaved word by word (llama.cpp's "repack" idea), for the AVX512-VNNI kernel that keeps one
-// output row per vector lane: one vpdpbusd multiplies four columns of 16 weight rows by the same
-// four activation bytes (broadcast from memory), so a block of 32 columns × 16 rows is 8 integer
-// instructions plus one F32 step, with no horizontal sum at the end (the fused kernels of
-// matmul_q8_fused512.cpp spend about four times as many instructions per weight).
+// interleaved word by word (llama.cpp's "repack" idea), for the kernels that keep one output row per
+// vector lane: one vpdpbusd multiplies four columns of 16 weight rows by the same four activation
+// bytes (broadcast from memory), so a block of 32 columns × 16 rows is 8 integer instructions plus
+// one F32 step, with no horizontal sum at the end (the fused kernels of matmul_q8_fused512.cpp spend
+// about four times as many instructions per weight). AVX2 and AVX-VNNI (interleaved_256.inc) do the
+// same on the two 256-bit halves of each word.
 //
 // Numeric model (the "block model", different from the 16-lane model of the other q8 kernels): over
 // the blocks b of 32 columns in ascending order, from acc = 0,
@@ -53,8 +54,8 @@ struct InterleavedBlocks {
   int64_t nbytes() const { return groups() * group_bytes; }
 };
 
-// Whether matmul runs interleaved copies of `t` weights on this CPU (the AVX512-VNNI q8 kernel is
-// chosen and GRAFT_Q8_INTERLEAVE is not 0).
+// Whether matmul runs interleaved copies of `t` weights on this CPU (the q8 kernel chosen is AVX2,
+// AVX-VNNI or AVX512-VNNI, and GRAFT_Q8_INTERLEAVE is not 0).
 bool interleave_enabled(DType t);
 bool interleavable(DType t);  // Q4_0, Q4_1 or Q8_0
 
@@ -66,17 +67,45 @@ void deinterleave_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
 namespace detail {
 
 // Activation rows as the block model reads them: act.q (signed codes), act.d4 (d_x, eight times per
-// block) and act.sum32 (Σ q_x per block), which quantize_activations fills; the SIMD kernels read
-// the same values packed by act.pack_blocks8 (call it first).
+// block) and act.sum32 (Σ q_x per block), which quantize_activations fills; the AVX512-VNNI kernel
+// reads the same values packed by act.pack_blocks8 (call it first), the others read them as they are.
 //
-// Output columns [j0, j1) of rows 0 .. act.m − 1: y[i·ldy + j] (= or +=). `avx512`: the VNNI kernel
-// (the CPU must have it), else the scalar model; the two agree bit for bit.
+// Output columns [j0, j1) of rows 0 .. act.m − 1: y[i·ldy + j] (= or +=), by the group kernel of
+// the q8 kernel `kernel` (the CPU must have it): Avx512Vnni, AvxVnni or Avx2 (the scalar kernels: the
+// scalar model). All agree bit for bit.
 void interleaved_cols(const InterleavedBlocks& w, const Q8Activations& act, float* y, int64_t ldy, bool accumulate,
-                      int64_t j0, int64_t j1, bool avx512);
+                      int64_t j0, int64_t j1, Q8Kernel kernel);
 
 // One group against every activation row: out[i·16 + r] = y[i, 16g + r].
 void interleaved_group_scalar(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
 void interleaved_group_avx512(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
+void interleaved_group_avxvnni(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
+void interleaved_group_avx2(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
+
+// Shared by the SIMD group kernels. Per format: bytes of codes and scales per block and group, the
+// codes' offset (Q4_0's nibbles are code + 8, Q8_0's bytes code + 128), whether a min follows.
+template <DType T>
+struct InterleavedFmt {
+  static constexpr bool kNibbles = T != DType::Q8_0;
+  static constexpr bool kMin = T == DType::Q4_1;
+  static constexpr int kCodeBytes = kNibbles ? 256 : 512;
+  static constexpr int kScaleBytes = kMin ? 64 : 32;
+  static constexpr int32_t kOffset = T == DType::Q4_0 ? 8 : T == DType::Q8_0 ? 128 : 0;
+};
+
+// Decode streams each weight byte once from L3 or memory, and the hardware prefetcher stops at 4 KiB
+// page boundaries: each block asks for the group's bytes this far on (GRAFT_Q8_PREFETCH, default
+// 2048; a cursor advancing code_bytes + scale_bytes per block covers the codes, the scales and the
+// next group; prefetches past the end never fault).
+int64_t interleaved_prefetch_ahead();
+
+// Runs tile.template operator()<R>(i) over rows [i, m) in tiles of R = kMax rows, then the rest in
+// one smaller tile (a kernel keeps R activation rows against one load of the weights).
+template <int kMax, class Tile>
+void for_row_tiles(int64_t i, int64_t m, Tile&& tile) {
+  for (; i + kMax <= m; i += kMax) tile.template operator()<kMax>(i);
+  if constexpr (kMax > 1) for_row_tiles<kMax - 1>(i, m, tile);
+}
 
 }  // namespace detail
 }  // namespace graft::runtime

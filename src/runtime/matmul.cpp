@@ -121,7 +121,6 @@ void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, flo
 namespace {
 // Columns per parallel_for unit when a call includes interleaved weights: one 16-row group.
 constexpr int64_t kGroupCols = 16;
-bool vnni512() { return detail::best_q8_kernel() == detail::Q8Kernel::Avx512Vnni; }
 }  // namespace
 
 void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate,
@@ -132,15 +131,15 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
     if (!x || !y) fail("matmul: null x or output pointer");
     detail::Q8Activations act;
     detail::quantize_activations(x, m, b.k, act, &pool);
-    act.pack_blocks8(&pool);
+    const detail::Q8Kernel q8 = detail::best_q8_kernel();
+    if (q8 == detail::Q8Kernel::Avx512Vnni) act.pack_blocks8(&pool);  // the layout that kernel reads
     const int64_t groups = b.groups();
     const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
-    const bool avx512 = vnni512();
     pool.parallel_for(
         groups,
         [&](int64_t g0, int64_t g1) {
           const int64_t j0 = g0 * kGroupCols, j1 = std::min(b.n, g1 * kGroupCols);
-          detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, avx512);
+          detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, q8);
           if (epilogue) (*epilogue)(j0, j1);
         },
         grain);
@@ -178,9 +177,8 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   const detail::Q8Kernel q8 = detail::best_q8_kernel();
   detail::Q8Activations act;
   if (any_blocks) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
-  if (any_interleaved) act.pack_blocks8(&pool);
+  if (any_interleaved && q8 == detail::Q8Kernel::Avx512Vnni) act.pack_blocks8(&pool);
   const detail::Isa isa = detail::best_isa();
-  const bool avx512 = vnni512();
   // Units of 16 columns: a cut never splits an interleaved group (targets start at multiples of 16
   // in practice; a group cut anyway is computed twice, with the same bits).
   const int64_t units = (start.back() + kGroupCols - 1) / kGroupCols;
@@ -196,7 +194,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
           if (w.quantized())
             affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
           else if (w.interleaved)
-            detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, avx512);
+            detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
           else if (dtype_is_quantized(w.dense.dtype))
             detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
           else

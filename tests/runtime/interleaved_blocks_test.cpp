@@ -2,8 +2,9 @@
 // blocks on awkward shapes (one row, n not a multiple of 16, one block, k an odd number of blocks).
 // Tolerances, and why:
 //   - the layout: every row read back from the copy equals the GGUF row byte for byte;
-//   - the AVX512-VNNI kernel against the scalar block model (where the CPU has it): exact (integer
-//     block sums are exact; the F32 chain is the same operations in the same order);
+//   - the AVX2, AVX-VNNI and AVX512-VNNI kernels against the scalar block model (each where the CPU has it):
+//     exact (integer block sums are exact, also at the extreme codes where a naive maddubs would
+//     saturate; the F32 chain is the same operations in the same order);
 //   - the block model against F32 math on the dequantized weights (double accumulation): the bound of
 //     activation rounding, Σ_blocks (d_x / 2)·Σ|w|, plus 1e-5 relative of Σ|w·x|; the same bound the
 //     other q8 kernels meet, with a check that the error uses a real part of it;
@@ -33,15 +34,16 @@ struct Shape3 { int64_t m, n, k; };
 const Shape3 kShapes[] = {{1, 1, 32},   {1, 16, 96}, {3, 17, 64}, {5, 40, 576},
                           {9, 33, 160}, {2, 15, 32}, {20, 17, 96}};
 
-bool have_vnni512() { return q8_kernel_supported(Q8Kernel::Avx512Vnni); }
+// The SIMD group kernels, each tested where the CPU has it.
+const Q8Kernel kSimd[] = {Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni};
 
-std::vector<float> run(const InterleavedBlocks& b, const float* x, int64_t m, bool avx512, int64_t j0 = 0,
+std::vector<float> run(const InterleavedBlocks& b, const float* x, int64_t m, Q8Kernel kernel, int64_t j0 = 0,
                        int64_t j1 = -1) {
   Q8Activations act;
   quantize_activations(x, m, b.k, act);
   act.pack_blocks8();
   std::vector<float> y(static_cast<size_t>(m * b.n), -1.0f);
-  interleaved_cols(b, act, y.data(), b.n, false, j0, j1 < 0 ? b.n : j1, avx512);
+  interleaved_cols(b, act, y.data(), b.n, false, j0, j1 < 0 ? b.n : j1, kernel);
   return y;
 }
 
@@ -68,16 +70,55 @@ TEST(InterleavedBlocks, RefusesOtherFormats) {
   EXPECT_TRUE(interleavable(DType::Q8_0));
 }
 
-TEST(InterleavedBlocks, Avx512KernelEqualsTheBlockModel) {
-  if (!have_vnni512()) GTEST_SKIP() << "no AVX512-VNNI on this CPU (the scalar model is tested below)";
+class InterleavedKernel : public ::testing::TestWithParam<Q8Kernel> {
+ protected:
+  void SetUp() override {
+    if (!q8_kernel_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << q8_kernel_name(GetParam());
+  }
+};
+
+TEST_P(InterleavedKernel, EqualsTheBlockModel) {
   for (DType t : kTypes)
     for (const auto& s : kShapes) {
       const auto b = interleave_blocks(random_blocks(t, s.n, s.k, 5));
       const auto x = random_x(s.m, s.k, 7);
-      EXPECT_EQ(run(*b, x.data(), s.m, true), run(*b, x.data(), s.m, false)) << dtype_name(t) << " m=" << s.m
-                                                                            << " n=" << s.n << " k=" << s.k;
+      EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
+          << dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
 }
+
+// Codes and activations at the ends of their ranges, where a naive maddubs on Q8_0's stored
+// unsigned codes (q_w + 128) would saturate its i16 pairs: Q8_0 codes −128 or 127 (nibbles 0 or 15),
+// activations ±127, in sign patterns that make the pairs add up, cancel, and mix.
+TEST_P(InterleavedKernel, EqualsTheBlockModelAtExtremeCodes) {
+  const int64_t m = 5, n = 24, k = 128;
+  // Activation rows: all +1, all −1, then signs alternating every 1, 2 and 3 columns; every block's
+  // max |x| is 1, so the codes are ±127.
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : (c / (i - 1)) % 2 ? 1.0f : -1.0f;
+  Q8Activations act;
+  quantize_activations(x.data(), m, k, act);
+  ASSERT_EQ(act.q[0], 127);
+  ASSERT_EQ(act.q[k], -127);
+  // Weight blocks: all codes lowest (Q8_0 −128, nibble 0), all highest (127, nibble 15), or both
+  // alternating, by block.
+  for (DType t : kTypes) {
+    Tensor w = random_blocks(t, n, k, 59);
+    const int64_t bb = dtype_block_bytes(t), at = t == DType::Q4_1 ? 4 : 2, code_bytes = t == DType::Q8_0 ? 32 : 16;
+    auto* bytes = static_cast<uint8_t*>(const_cast<void*>(w.data));
+    for (int64_t blk = 0; blk < n * k / 32; ++blk)
+      for (int64_t c = 0; c < code_bytes; ++c) {
+        const bool lowest = blk % 3 == 0 || (blk % 3 == 2 && c % 2 == 0);
+        bytes[blk * bb + at + c] = t == DType::Q8_0 ? (lowest ? 0x80 : 0x7f) : (lowest ? 0x00 : 0xff);
+      }
+    const auto b = interleave_blocks(w);
+    EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar)) << dtype_name(t);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(InterleavedSimd, InterleavedKernel, ::testing::ValuesIn(kSimd),
+                         [](const auto& info) { return std::string(q8_kernel_name(info.param)); });
 
 TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
   for (DType t : kTypes)
@@ -85,7 +126,7 @@ TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
       const Tensor w = random_blocks(t, s.n, s.k, 11);
       const auto b = interleave_blocks(w);
       const auto x = random_x(s.m, s.k, 13);
-      const auto got = run(*b, x.data(), s.m, false);
+      const auto got = run(*b, x.data(), s.m, Q8Kernel::Scalar);
       std::vector<float> ref(got.size());
       matmul_reference(x.data(), s.m, s.k, w, ref.data());
       const Tensor wf = to_f32(w);
@@ -97,15 +138,17 @@ TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
           ASSERT_LE(err, bound) << dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
           worst = std::max(worst, err / bound);
         }
-      if (s.k >= 160) EXPECT_GT(worst, 0.002) << dtype_name(t);  // the bound is not vacuous
+      if (s.k >= 160) {
+        EXPECT_GT(worst, 0.002) << dtype_name(t);  // the bound is not vacuous
+      }
     }
 }
 
 TEST(InterleavedBlocks, ColumnRangesWriteOnlyTheirColumns) {
   const auto b = interleave_blocks(random_blocks(DType::Q4_0, 40, 96, 17));
   const auto x = random_x(3, 96, 19);
-  const auto all = run(*b, x.data(), 3, have_vnni512());
-  const auto part = run(*b, x.data(), 3, have_vnni512(), 5, 21);  // cuts two groups
+  const auto all = run(*b, x.data(), 3, best_q8_kernel());
+  const auto part = run(*b, x.data(), 3, best_q8_kernel(), 5, 21);  // cuts two groups
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t j = 0; j < 40; ++j)
       EXPECT_EQ(part[i * 40 + j], j >= 5 && j < 21 ? all[i * 40 + j] : -1.0f) << "row " << i << " column " << j;
@@ -163,7 +206,9 @@ TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
   EXPECT_EQ(bytes, q8.interleaved ? q8.interleaved->nbytes() : 0);
   EXPECT_EQ(prepare_matrix(q50, pool), 0);
   EXPECT_EQ(q50.interleaved, nullptr);
-  EXPECT_EQ(interleave_enabled(DType::Q4_0), best_q8_kernel() == Q8Kernel::Avx512Vnni &&
+  const Q8Kernel kernel = best_q8_kernel();
+  EXPECT_EQ(interleave_enabled(DType::Q4_0), (kernel == Q8Kernel::Avx2 || kernel == Q8Kernel::AvxVnni ||
+                                              kernel == Q8Kernel::Avx512Vnni) &&
                                                   !(std::getenv("GRAFT_Q8_INTERLEAVE") &&
                                                     std::string(std::getenv("GRAFT_Q8_INTERLEAVE")) == "0"));
 }

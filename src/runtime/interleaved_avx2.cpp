@@ -1,0 +1,58 @@
+// The AVX2 kernel of the interleaved Q4_0 / Q4_1 / Q8_0 copies (interleaved_blocks.h), for CPUs
+// without AVX512-VNNI: interleaved_256.inc with byte products by _mm256_maddubs_epi16 (unsigned ×
+// signed bytes, adjacent pairs added with i16 saturation) widened by _mm256_madd_epi16 with ones.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "runtime/interleaved_blocks.h"
+
+namespace graft::runtime::detail {
+
+#define GRAFT_I256 __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+#define GRAFT_I256_FN __attribute__((target("avx2,fma,f16c")))
+
+namespace {
+
+#include "runtime/interleaved_256.inc"
+
+// No pair may saturate (activations are clamped to ±127):
+//   Nibbles (Q4_0, Q4_1: u = the nibble, 0..15): a maddubs pair is at most 2·15·127 = 3810, and the
+//   i16 partial sum takes the eight words of a block, at most 30480 < 32767; so a block's i16 sums
+//   are exact and widened once, in finish().
+//   Q8_0: the stored q_w + 128 (0..255) would saturate (2·255·127 = 64770), so s = stored ^ 0x80 =
+//   q_w and maddubs(|s|, sign(x, s)) multiplies |q_w|·(±x) = q_w·x: a pair is at most 2·128·127 =
+//   32512 < 32767 (|−128| reads as the unsigned byte 128), but two pairs would not fit i16, so each
+//   word is widened to i32 at once.
+struct Avx2Dot {
+  static constexpr int32_t kQ8Offset = 0;
+  static GRAFT_I256 Word q8(__m256i stored) {
+    const __m256i s = _mm256_xor_si256(stored, _mm256_set1_epi8(static_cast<char>(0x80)));
+    return {_mm256_abs_epi8(s), s};
+  }
+  template <bool kNibbles>
+  static GRAFT_I256 __m256i accumulate(__m256i sum, const Word& w, __m256i x) {
+    if constexpr (kNibbles) return chain(_mm256_add_epi16(sum, _mm256_maddubs_epi16(w.u, x)));
+    const __m256i pairs = _mm256_maddubs_epi16(w.u, _mm256_sign_epi8(x, w.s));
+    return chain(_mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))));
+  }
+  // Compilers reassociate integer vector adds into a tree, which keeps a block's eight products per
+  // row live at once and spills them (about 150 stack moves per block at four rows, 40 without): an
+  // empty asm that takes and gives the sum keeps the chain as written.
+  static GRAFT_I256 __m256i chain(__m256i sum) {
+    __asm__("" : "+x"(sum));
+    return sum;
+  }
+  template <bool kNibbles>
+  static GRAFT_I256 __m256i finish(__m256i sum) {
+    return kNibbles ? _mm256_madd_epi16(sum, _mm256_set1_epi16(1)) : sum;
+  }
+};
+
+}  // namespace
+
+void interleaved_group_avx2(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
+  group_by_format<Avx2Dot>(b, act, g, out);
+}
+
+}  // namespace graft::runtime::detail

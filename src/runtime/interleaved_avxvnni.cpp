@@ -1,0 +1,40 @@
+// The AVX-VNNI kernel of the interleaved Q4_0 / Q4_1 / Q8_0 copies (interleaved_blocks.h), for CPUs
+// with AVX-VNNI but not AVX512-VNNI (Alder Lake and later client cores): interleaved_256.inc with
+// vpdpbusd, which adds four unsigned × signed byte products to each i32 lane without i16 steps, on
+// the stored codes as they are (Q8_0's q_w + 128: the 128·Σ q_x taken back in the block's offset).
+// Four products are at most 4·255·127 = 129540 and a block's 32 at most 1036320: exact in i32.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "runtime/interleaved_blocks.h"
+
+namespace graft::runtime::detail {
+
+#define GRAFT_I256 __attribute__((target("avxvnni,avx2,fma,f16c"), always_inline)) inline
+#define GRAFT_I256_FN __attribute__((target("avxvnni,avx2,fma,f16c")))
+
+namespace {
+
+#include "runtime/interleaved_256.inc"
+
+struct VnniDot {
+  static constexpr int32_t kQ8Offset = 128;
+  static GRAFT_I256 Word q8(__m256i stored) { return {stored, __m256i{}}; }
+  template <bool kNibbles>
+  static GRAFT_I256 __m256i accumulate(__m256i sum, const Word& w, __m256i x) {
+    return _mm256_dpbusd_avx_epi32(sum, w.u, x);
+  }
+  template <bool kNibbles>
+  static GRAFT_I256 __m256i finish(__m256i sum) {
+    return sum;
+  }
+};
+
+}  // namespace
+
+void interleaved_group_avxvnni(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
+  group_by_format<VnniDot>(b, act, g, out);
+}
+
+}  // namespace graft::runtime::detail
