@@ -119,7 +119,9 @@ TEST(SmolLM2, Q8KernelsStayNearTheF32Path) {
         const int64_t qarg = std::max_element(y, y + V) - y;
         ++positions;
         agree += qarg == arg;
-        if (top1 - top2 > 2 * kMaxAbs) EXPECT_EQ(qarg, arg) << name << ", position " << r << " of " << p["text"];
+        if (top1 - top2 > 2 * kMaxAbs) {
+          EXPECT_EQ(qarg, arg) << name << ", position " << r << " of " << p["text"];
+        }
       }
     }
     std::printf("q8 kernels (%s) vs F32 path: max |dlogit| %.3f, max relative L2 %.4f, top-1 agreement %lld/%lld\n",
