@@ -11,6 +11,7 @@
 
 #include "graft/core/error.h"
 #include "graft/runtime/kernels.h"
+#include "runtime/matmul_internal.h"
 
 namespace graft::runtime {
 
@@ -246,12 +247,53 @@ void lora_up_add_t(const T* bt, int64_t cols, int64_t r, const float* low, float
 }
 }  // namespace
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's AVX-512 intrinsics (_mm512_undefined)
+#endif
+namespace {
+#define GRAFT_UP512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+GRAFT_UP512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+GRAFT_UP512 inline __m512 load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+// The same per-column arithmetic on 16 lanes (64 columns, four chains, per step): each column's sum
+// is independent of its neighbours, so the bits are lora_up_add_t's. With eight adapters mixed in a
+// server step the up-projections were 10 % of the step.
+template <class T>
+GRAFT_UP512 void lora_up_add_512(const T* bt, int64_t cols, int64_t r, const float* low, float s, int64_t c0,
+                                 int64_t c1, float* y) {
+  const __m512 sv = _mm512_set1_ps(s);
+  int64_t c = c0;
+  for (; c + 64 <= c1; c += 64) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t k = 0; k < r; ++k) {
+      const __m512 lk = _mm512_set1_ps(low[k]);
+      for (int u = 0; u < 4; ++u) acc[u] = _mm512_fmadd_ps(lk, load16(bt + k * cols + c + 16 * u), acc[u]);
+    }
+    for (int u = 0; u < 4; ++u) {
+      float* yc = y + (c + 16 * u - c0);
+      _mm512_storeu_ps(yc, _mm512_add_ps(_mm512_loadu_ps(yc), _mm512_mul_ps(sv, acc[u])));
+    }
+  }
+  if (c < c1) lora_up_add_t(bt, cols, r, low, s, c, c1, y + (c - c0));
+}
+}  // namespace
+
 void lora_up_add(const Tensor& bt, const float* low, float s, int64_t c0, int64_t c1, float* y) {
   const int64_t r = bt.shape[0], cols = bt.shape[1];
-  if (bt.dtype == DType::BF16)
-    lora_up_add_t(static_cast<const uint16_t*>(bt.data), cols, r, low, s, c0, c1, y);
-  else
-    lora_up_add_t(static_cast<const float*>(bt.data), cols, r, low, s, c0, c1, y);
+  const bool wide = detail::best_isa() == detail::Isa::Avx512;
+  if (bt.dtype == DType::BF16) {
+    const auto* b = static_cast<const uint16_t*>(bt.data);
+    wide ? lora_up_add_512(b, cols, r, low, s, c0, c1, y) : lora_up_add_t(b, cols, r, low, s, c0, c1, y);
+  } else {
+    const auto* b = static_cast<const float*>(bt.data);
+    wide ? lora_up_add_512(b, cols, r, low, s, c0, c1, y) : lora_up_add_t(b, cols, r, low, s, c0, c1, y);
+  }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace graft::runtime
