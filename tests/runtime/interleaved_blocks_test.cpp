@@ -127,17 +127,7 @@ TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
       const auto b = interleave_blocks(w);
       const auto x = random_x(s.m, s.k, 13);
       const auto got = run(*b, x.data(), s.m, Q8Kernel::Scalar);
-      std::vector<float> ref(got.size());
-      matmul_reference(x.data(), s.m, s.k, w, ref.data());
-      const Tensor wf = to_f32(w);
-      double worst = 0;
-      for (int64_t i = 0; i < s.m; ++i)
-        for (int64_t j = 0; j < s.n; ++j) {
-          const double bound = activation_rounding_bound(&x[i * s.k], wf.as<float>() + j * s.k, s.k);
-          const double err = std::fabs(static_cast<double>(got[i * s.n + j]) - ref[i * s.n + j]);
-          ASSERT_LE(err, bound) << dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
-          worst = std::max(worst, err / bound);
-        }
+      const double worst = check_activation_rounding(got, x, s.m, s.k, w, std::string(dtype_name(t)));
       if (s.k >= 160) {
         EXPECT_GT(worst, 0.002) << dtype_name(t);  // the bound is not vacuous
       }

@@ -62,7 +62,9 @@ TEST(MatmulQ8, UnpackEqualsDequantization) {
       const float prod = a4[c / 4] * static_cast<float>(q[c]);
       const float v = f->has_min ? prod + b16[c / 16] : prod;
       ASSERT_EQ(v, ref[c]) << dtype_name(t) << " column " << c;
-      if (f->has_min) ASSERT_TRUE(q[c] >= 0 && q[c] < 32) << dtype_name(t);  // maddubs needs codes < 128
+      if (f->has_min) {
+        ASSERT_TRUE(q[c] >= 0 && q[c] < 32) << dtype_name(t);  // maddubs needs codes < 128
+      }
     }
   }
 }
@@ -163,19 +165,12 @@ TEST(MatmulQ8, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
         const Tensor w = random_blocks(t, s.n, s.k, 17);
         const auto x = random_x(s.m, s.k, 19);
         const auto got = run(kern, x.data(), s.m, s.k, w);
-        std::vector<float> ref(got.size());
-        matmul_reference(x.data(), s.m, s.k, w, ref.data());
-        const Tensor wf = to_f32(w);
-        double worst = 0;
-        for (int64_t i = 0; i < s.m; ++i)
-          for (int64_t j = 0; j < s.n; ++j) {
-            const double bound = activation_rounding_bound(&x[i * s.k], wf.as<float>() + j * s.k, s.k);
-            const double err = std::fabs(static_cast<double>(got[i * s.n + j]) - ref[i * s.n + j]);
-            ASSERT_LE(err, bound) << dtype_name(t) << " " << q8_kernel_name(kern) << " m=" << s.m << " k=" << s.k;
-            worst = std::max(worst, err / bound);
-          }
+        const double worst =
+            check_activation_rounding(got, x, s.m, s.k, w, std::string(dtype_name(t)) + " " + q8_kernel_name(kern));
         // The bound is not vacuous: the error uses a real part of it somewhere.
-        if (s.k >= 512) EXPECT_GT(worst, 0.002) << dtype_name(t);
+        if (s.k >= 512) {
+          EXPECT_GT(worst, 0.002) << dtype_name(t);
+        }
       }
 }
 

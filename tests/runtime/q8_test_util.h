@@ -1,13 +1,17 @@
 // Test inputs for the GGUF block kernels: random blocks of any format and random activations.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "graft/core/gguf_blocks.h"
 #include "graft/core/tensor.h"
+#include "graft/runtime/kernels.h"
 
 namespace graft::runtime::detail {
 
@@ -51,6 +55,27 @@ inline double activation_rounding_bound(const float* x, const float* w, int64_t 
     bound += amax / 127.0 / 2.0 * wabs;
   }
   return bound + 1e-5 * mag;
+}
+
+// Checks every element of got [m, n] (= x [m, k] · w [n, k]ᵀ by an 8-bit-activation kernel) against
+// F32 math on the dequantized weights within activation_rounding_bound; returns the largest share
+// of its bound an error used (callers check it is not vacuous).
+inline double check_activation_rounding(const std::vector<float>& got, const std::vector<float>& x, int64_t m,
+                                        int64_t k, const Tensor& w, const std::string& label) {
+  const int64_t n = w.shape[0];
+  std::vector<float> ref(got.size());
+  matmul_reference(x.data(), m, k, w, ref.data());
+  const Tensor wf = to_f32(w);
+  double worst = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const double bound = activation_rounding_bound(&x[i * k], wf.as<float>() + j * k, k);
+      const double err = std::fabs(static_cast<double>(got[i * n + j]) - ref[i * n + j]);
+      EXPECT_LE(err, bound) << label << " m=" << m << " n=" << n << " k=" << k << " at [" << i << ", " << j << "]";
+      if (err > bound) return worst;
+      worst = std::max(worst, err / bound);
+    }
+  return worst;
 }
 
 }  // namespace graft::runtime::detail
