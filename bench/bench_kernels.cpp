@@ -259,6 +259,27 @@ void BM_Softmax(benchmark::State& state) {
 }
 BENCHMARK(BM_Softmax)->Arg(1024);
 
+// Attention of SmolLM2's three query heads sharing one F16 key/value head over n cached positions
+// (head size 64, a KV-cache stride of 192): the grouped call (each key and value widened once for
+// the three heads) against three one-head calls. Same bits (tests/runtime/ops_test.cpp).
+void BM_AttendF16(benchmark::State& state, bool grouped) {
+  const int64_t n = state.range(0), hd = 64, stride = 192, heads = 3;
+  std::vector<float> q(static_cast<size_t>(heads * hd), 0.1f), out(static_cast<size_t>(heads * hd));
+  std::vector<float> scores(static_cast<size_t>(heads * n));
+  std::vector<uint16_t> k(static_cast<size_t>(n * stride), 0x3c00), v(static_cast<size_t>(n * stride), 0x3800);
+  for (auto _ : state) {
+    if (grouped)
+      graft::runtime::attend_f16(q.data(), k.data(), v.data(), stride, n, hd, 0.125f, scores.data(), out.data(), heads);
+    else
+      for (int64_t h = 0; h < heads; ++h)
+        graft::runtime::attend_f16(q.data() + h * hd, k.data(), v.data(), stride, n, hd, 0.125f, scores.data() + h * n,
+                                   out.data() + h * hd);
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK_CAPTURE(BM_AttendF16, three_heads_grouped, true)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_AttendF16, one_head_at_a_time, false)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

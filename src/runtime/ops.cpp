@@ -228,21 +228,96 @@ void attend_rows(const float* q, const typename L::T* k, const typename L::T* v,
     for (int64_t j = 0; j < n; ++j) axpy_body<L>(scores[j], v + j * stride + c, out + c, hd - c);
   }
 }
+
+// Scores of H heads (q rows hd apart) against every key, each key loaded and widened once for all
+// of them: per head the operations of dot_body for hd a multiple of 32 (four accumulators over steps
+// of 32, then the same tree), so the same bits. 4·H accumulators + 4 keys: H ≤ 3 fits 16 registers.
+template <class L, int H>
+void group_scores(const float* q, const typename L::T* k, int64_t stride, int64_t n, int64_t hd, float scale,
+                  float* scores) {
+  for (int64_t j = 0; j < n; ++j) {
+    const typename L::T* kj = k + j * stride;
+    __m256 acc[H][4];
+    for (int h = 0; h < H; ++h)
+      for (int u = 0; u < 4; ++u) acc[h][u] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < hd; i += 32) {
+      __m256 b[4];
+      for (int u = 0; u < 4; ++u) b[u] = L::load8(kj + i + 8 * u);
+      for (int h = 0; h < H; ++h)
+        for (int u = 0; u < 4; ++u) acc[h][u] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + i + 8 * u), b[u], acc[h][u]);
+    }
+    for (int h = 0; h < H; ++h)
+      scores[h * n + j] =
+          hsum(_mm256_add_ps(_mm256_add_ps(acc[h][0], acc[h][1]), _mm256_add_ps(acc[h][2], acc[h][3]))) * scale;
+  }
+}
+
+// Weighted sums of H heads over 32 columns from c: each value loaded and widened once for both
+// heads; per element the fma chain over positions of attend_rows (from 0, positions ascending).
+template <class L, int H>
+void group_values(const float* scores, const typename L::T* v, int64_t stride, int64_t n, int64_t hd, int64_t c,
+                  float* out) {
+  __m256 o[H][4];
+  for (int h = 0; h < H; ++h)
+    for (int u = 0; u < 4; ++u) o[h][u] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    __m256 x[4];
+    for (int u = 0; u < 4; ++u) x[u] = L::load8(v + j * stride + c + 8 * u);
+    for (int h = 0; h < H; ++h) {
+      const __m256 sv = _mm256_set1_ps(scores[h * n + j]);
+      for (int u = 0; u < 4; ++u) o[h][u] = _mm256_fmadd_ps(sv, x[u], o[h][u]);
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int u = 0; u < 4; ++u) _mm256_storeu_ps(out + h * hd + c + 8 * u, o[h][u]);
+}
+
+// attend for `heads` query heads sharing one key/value head (grouped-query attention), q and out
+// rows hd apart, scores heads·n: each head's result is attend_rows's bit for bit.
+template <class L>
+void attend_heads(const float* q, const typename L::T* k, const typename L::T* v, int64_t stride, int64_t n,
+                  int64_t hd, float scale, float* scores, float* out, int64_t heads) {
+  if (heads == 1 || hd % 32 != 0) {
+    for (int64_t h = 0; h < heads; ++h) attend_rows<L>(q + h * hd, k, v, stride, n, hd, scale, scores + h * n, out + h * hd);
+    return;
+  }
+  for (int64_t h = 0; h < heads;) {
+    const int64_t left = heads - h;
+    if (left >= 3) {
+      group_scores<L, 3>(q + h * hd, k, stride, n, hd, scale, scores + h * n);
+      h += 3;
+    } else if (left == 2) {
+      group_scores<L, 2>(q + h * hd, k, stride, n, hd, scale, scores + h * n);
+      h += 2;
+    } else {
+      group_scores<L, 1>(q + h * hd, k, stride, n, hd, scale, scores + h * n);
+      h += 1;
+    }
+  }
+  for (int64_t h = 0; h < heads; ++h) softmax(scores + h * n, n);
+  for (int64_t c = 0; c < hd; c += 32)
+    for (int64_t h = 0; h < heads; h += 2) {
+      if (heads - h >= 2)
+        group_values<L, 2>(scores + h * n, v, stride, n, hd, c, out + h * hd);
+      else
+        group_values<L, 1>(scores + h * n, v, stride, n, hd, c, out + h * hd);
+    }
+}
 }  // namespace
 
 void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t hd, float scale,
-            float* scores, float* out) {
-  attend_rows<F32Rows>(q, k, v, stride, n, hd, scale, scores, out);
+            float* scores, float* out, int64_t heads) {
+  attend_heads<F32Rows>(q, k, v, stride, n, hd, scale, scores, out, heads);
 }
 
 void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n, int64_t hd,
-                float scale, float* scores, float* out) {
-  attend_rows<F16Rows>(q, k, v, stride, n, hd, scale, scores, out);
+                float scale, float* scores, float* out, int64_t heads) {
+  attend_heads<F16Rows>(q, k, v, stride, n, hd, scale, scores, out, heads);
 }
 
 void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n, int64_t hd,
-                 float scale, float* scores, float* out) {
-  attend_rows<BF16Rows>(q, k, v, stride, n, hd, scale, scores, out);
+                 float scale, float* scores, float* out, int64_t heads) {
+  attend_heads<BF16Rows>(q, k, v, stride, n, hd, scale, scores, out, heads);
 }
 
 void scale(float* x, float a, int64_t n) {

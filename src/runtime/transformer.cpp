@@ -215,25 +215,28 @@ void Transformer::embed_rows(std::span<const SequenceInput> batch, float* x, con
 void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const SequenceInput> batch, const float* q,
                             float* out) {
   const model::ModelConfig& c = config_;
-  const int64_t hd = c.head_dim, n_heads = c.num_heads, group = c.num_heads / c.num_kv_heads;
+  const int64_t hd = c.head_dim, group = c.num_heads / c.num_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<RowInfo> rows;
   for (size_t s = 0; s < batch.size(); ++s) {
     const int64_t start = batch[s].cache->size();
     for (size_t t = 0; t < batch[s].tokens.size(); ++t) rows.push_back({static_cast<int64_t>(s), start + int64_t(t)});
   }
-  const int64_t n_items = static_cast<int64_t>(rows.size()) * n_heads;
+  // One item per row and key/value head: the `group` query heads that share it run together, so
+  // each cached key and value is read once for all of them (the same bits as one head at a time).
+  const int64_t n_kv = c.num_kv_heads;
+  const int64_t n_items = static_cast<int64_t>(rows.size()) * n_kv;
   pool.parallel_for(n_items, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t r = item / n_heads, h = item % n_heads, kvh = h / group;
+      const int64_t r = item / n_kv, kvh = item % n_kv, h = kvh * group;
       const RowInfo& ri = rows[r];
       const KVCache& cache = *batch[ri.seq].cache;
       const int64_t first = c.sliding_window ? std::max<int64_t>(0, ri.pos - *c.sliding_window + 1) : 0;
       const int64_t n = ri.pos + 1 - first;
-      scores.resize(static_cast<size_t>(n));
+      scores.resize(static_cast<size_t>(n * group));
       attend_cached(cache, layer, first, n, kvh * hd, q + r * c.q_dim() + h * hd, hd, scale, scores.data(),
-                    out + r * c.q_dim() + h * hd);
+                    out + r * c.q_dim() + h * hd, group);
     }
   });
 }

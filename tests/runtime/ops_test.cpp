@@ -156,10 +156,43 @@ TEST(Ops, Attend16BitEqualsAttendOnWidenedKeysAndValues) {
       std::vector<float> ref_s(n), ref(hd), got_s(n), got(hd, -1.0f);
       attend(q.data(), kw.data(), vw.data(), stride, n, hd, scl, ref_s.data(), ref.data());
       (t == DType::F16 ? attend_f16 : attend_bf16)(q.data(), k16.data(), v16.data(), stride, n, hd, scl, got_s.data(),
-                                                   got.data());
+                                                   got.data(), 1);
       for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got_s[j], ref_s[j]) << dtype_name(t) << " hd " << hd << " score " << j;
       for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(got[i], ref[i]) << dtype_name(t) << " hd " << hd << " element " << i;
     }
+}
+
+// Grouped-query attention: `heads` query heads against one key/value head in one call (each key and
+// value loaded once per pass of up to three / two heads) give each head's one-head result bit for
+// bit, for every storage type, head sizes on the grouped path (multiples of 32) and off it (40), and
+// head counts that leave a remainder of one or two.
+TEST(Ops, AttendHeadsEqualsOneHeadAtATime) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t hd : {32, 40, 64, 96, 128})
+      for (int64_t heads : {1, 2, 3, 4, 5, 7}) {
+        const int64_t n = 29, stride = 3 * hd + 5;
+        const auto q = randv(heads * hd, 31), k = randv(n * stride, 32), v = randv(n * stride, 33);
+        std::vector<uint16_t> k16(k.size()), v16(v.size());
+        if (t != DType::F32) {
+          convert_from_f32(k.data(), t, k16.data(), static_cast<int64_t>(k.size()));
+          convert_from_f32(v.data(), t, v16.data(), static_cast<int64_t>(v.size()));
+        }
+        auto run = [&](const float* qh, int64_t h, float* s, float* o) {
+          const float scl = 0.125f;
+          if (t == DType::F32) attend(qh, k.data(), v.data(), stride, n, hd, scl, s, o, h);
+          if (t == DType::F16) attend_f16(qh, k16.data(), v16.data(), stride, n, hd, scl, s, o, h);
+          if (t == DType::BF16) attend_bf16(qh, k16.data(), v16.data(), stride, n, hd, scl, s, o, h);
+        };
+        std::vector<float> got_s(heads * n), got(heads * hd, -1.0f);
+        run(q.data(), heads, got_s.data(), got.data());
+        for (int64_t h = 0; h < heads; ++h) {
+          std::vector<float> ref_s(n), ref(hd);
+          run(&q[h * hd], 1, ref_s.data(), ref.data());
+          for (int64_t i = 0; i < hd; ++i)
+            ASSERT_EQ(got[h * hd + i], ref[i]) << dtype_name(t) << " hd " << hd << " heads " << heads << " head " << h;
+          for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got_s[h * n + j], ref_s[j]) << dtype_name(t) << " score " << j;
+        }
+      }
 }
 
 }  // namespace
