@@ -142,9 +142,15 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
     }
 }
 
+bool interleaved_reads_packed(Q8Kernel kernel) { return kernel == Q8Kernel::Avx512Vnni; }
+
+void prepare_interleaved(Q8Activations& act, Q8Kernel kernel, ThreadPool& pool) {
+  if (interleaved_reads_packed(kernel)) act.pack_blocks8(&pool);
+}
+
 void interleaved_cols(const InterleavedBlocks& b, const Q8Activations& act, float* y, int64_t ldy, bool accumulate,
                       int64_t j0, int64_t j1, Q8Kernel kernel) {
-  if (act.k != b.k || (kernel == Q8Kernel::Avx512Vnni && act.xb.size() != static_cast<size_t>(act.m * act.k)))
+  if (act.k != b.k || (interleaved_reads_packed(kernel) && act.xb.size() != static_cast<size_t>(act.m * act.k)))
     fail_as(ErrorKind::kInternal, "interleaved_cols: activations of ", act.k, " columns (packed: ", act.xb.size(),
             " bytes) for a weight of ", b.k, " columns");
   const auto group = kernel == Q8Kernel::Avx512Vnni ? interleaved_group_avx512

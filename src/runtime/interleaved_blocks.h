@@ -75,6 +75,10 @@ namespace detail {
 // scalar model). All agree bit for bit.
 void interleaved_cols(const InterleavedBlocks& w, const Q8Activations& act, float* y, int64_t ldy, bool accumulate,
                       int64_t j0, int64_t j1, Q8Kernel kernel);
+// Whether `kernel`'s group kernel reads the packed activations, and the packing when it does: call
+// after quantize_activations, before interleaved_cols.
+bool interleaved_reads_packed(Q8Kernel kernel);
+void prepare_interleaved(Q8Activations& act, Q8Kernel kernel, ThreadPool& pool);
 
 // One group against every activation row: out[i·16 + r] = y[i, 16g + r].
 void interleaved_group_scalar(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);

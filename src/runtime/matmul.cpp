@@ -132,7 +132,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
     detail::Q8Activations act;
     detail::quantize_activations(x, m, b.k, act, &pool);
     const detail::Q8Kernel q8 = detail::best_q8_kernel();
-    if (q8 == detail::Q8Kernel::Avx512Vnni) act.pack_blocks8(&pool);  // the layout that kernel reads
+    detail::prepare_interleaved(act, q8, pool);
     const int64_t groups = b.groups();
     const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
     pool.parallel_for(
@@ -177,7 +177,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   const detail::Q8Kernel q8 = detail::best_q8_kernel();
   detail::Q8Activations act;
   if (any_blocks) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
-  if (any_interleaved && q8 == detail::Q8Kernel::Avx512Vnni) act.pack_blocks8(&pool);
+  if (any_interleaved) detail::prepare_interleaved(act, q8, pool);
   const detail::Isa isa = detail::best_isa();
   // Units of 16 columns: a cut never splits an interleaved group (targets start at multiples of 16
   // in practice; a group cut anyway is computed twice, with the same bits).

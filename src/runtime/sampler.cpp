@@ -75,8 +75,6 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
-    // NaN/Inf weights (or an overflow) surface here, whatever their path: refuse rather than print
-    // garbage chosen from a meaningless distribution.
     if (!std::isfinite(logits[i])) refuse_logit(logits[i], static_cast<int64_t>(i));
     candidates_[i] = {logits[i], static_cast<int32_t>(i)};
   }

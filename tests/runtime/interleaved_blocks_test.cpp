@@ -41,7 +41,8 @@ std::vector<float> run(const InterleavedBlocks& b, const float* x, int64_t m, Q8
                        int64_t j1 = -1) {
   Q8Activations act;
   quantize_activations(x, m, b.k, act);
-  act.pack_blocks8();
+  ThreadPool pool(1);
+  prepare_interleaved(act, kernel, pool);
   std::vector<float> y(static_cast<size_t>(m * b.n), -1.0f);
   interleaved_cols(b, act, y.data(), b.n, false, j0, j1 < 0 ? b.n : j1, kernel);
   return y;
