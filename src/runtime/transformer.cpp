@@ -32,6 +32,11 @@ void apply_rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const 
 constexpr Projection kQkv[] = {Projection::Q, Projection::K, Projection::V};
 constexpr Projection kGateUp[] = {Projection::Gate, Projection::Up};
 
+// Rows per parallel chunk of a row-wise pass over `width` floats a row: a few microseconds of work
+// at least, so a decode step of a few sequences runs these passes on the calling thread instead of
+// paying a dispatch and a wait for each (row-wise results do not depend on the cut).
+int64_t rows_per_chunk(int64_t width) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(1, width)); }
+
 struct RowInfo {
   int64_t seq;  // index into the batch
   int64_t pos;  // absolute position in that sequence
@@ -298,9 +303,12 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   embed_rows(batch, x.data(), groups);
   const float eps = static_cast<float>(c.rms_norm_eps);
   auto norm_rows = [&](const float* in, const Tensor& w, float* out) {
-    pool.parallel_for(T, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) rms_norm(in + r * H, w.as<float>(), H, eps, out + r * H);
-    });
+    pool.parallel_for(
+        T,
+        [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) rms_norm(in + r * H, w.as<float>(), H, eps, out + r * H);
+        },
+        rows_per_chunk(H));
   };
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -322,7 +330,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
         KVCache& cache = *batch[rows[r].seq].cache;
         cache.store(l, rows[r].pos, kr, &v[r * KVD]);  // rounded to the cache's type
       }
-    });
+    }, rows_per_chunk(QD + 2 * KVD));
     attention(pool, l, batch, q.data(), att.data());
     project(pool, l, Projection::O, att.data(), T, tmp.data(), groups);
     add(x.data(), tmp.data(), T * H);
@@ -331,7 +339,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) silu_mul(&gate[r * F], &up[r * F], F, &gate[r * F]);
-    });
+    }, rows_per_chunk(F));
     project(pool, l, Projection::Down, gate.data(), T, tmp.data(), groups);
     add(x.data(), tmp.data(), T * H);
   }
