@@ -1,10 +1,12 @@
-// The AVX512-VNNI kernel of the interleaved Q4_0 / Q4_1 / Q8_0 copies (interleaved_blocks.h): lane r
-// of every vector is weight row 16g + r. Per block of 32 columns the codes are eight vectors (Q4_0,
-// Q4_1: four loads split into low and high nibbles; Q8_0: eight loads), each multiplied by four
+// The AVX512-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q8_0, affine
+// 4 / 8-bit): lane r of every vector is weight row 16g + r. Per block of 32 columns the codes are eight
+// vectors (4-bit: four loads split into low and high nibbles; 8-bit: eight loads), each multiplied by four
 // activation bytes broadcast from memory (vpdpbusd's m32bcst operand: the activations signed, the
 // codes unsigned), in two integer chains that start from the offset correction −c·Σ q_x (c = 8 for
-// the Q4_0 nibbles, 128 for the Q8_0 codes stored as q_w + 128, 0 for Q4_1; exact in int32). Then
-// the scalar model's F32 steps: acc = fma(float(sum), d_w·d_x, acc) (and Q4_1's min step). The
+// the Q4_0 nibbles, 128 for the Q8_0 codes stored as q_w + 128, 0 for Q4_1 and the affine codes, which
+// are stored unsigned as they are; exact in int32). Then the scalar model's F32 steps:
+// acc = fma(float(sum), d_w·d_x, acc) (and the min / bias step; affine: F32 scale and bias of the
+// block's mlx group). The
 // weight vectors are loaded once per block for up to kMaxRows activation rows.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_cvtph_ps / _mm512_undefined
@@ -31,7 +33,7 @@ GRAFT_I512 __m512i bcst4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-template <DType T, int R>
+template <InterleavedKind K, int R>
 GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, int64_t i0,
                               float* out) {
   const int64_t nb = b.blocks;
@@ -41,16 +43,20 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   const int8_t* xq = act.xb.data() + i0 * nb * 32;
   const float* xd = act.xd.data() + i0 * nb;
   const int32_t* xs = act.xs.data() + i0 * nb;
-  using F = InterleavedFmt<T>;
+  using F = InterleavedFmt<K>;
   const int64_t ahead_bytes = interleaved_prefetch_ahead();
+  const float* params = b.params(g);  // (affine)
+  const int shift = b.param_shift;
+  // The prefetch cursor's bytes per block (affine: the group's record spread over its blocks).
+  const int64_t stride = F::kCodeBytes + (F::kAffine ? b.scale_bytes : F::kScaleBytes);
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += R, xs += R) {
     const uint8_t* p = codes + blk * F::kCodeBytes;
-    const char* ahead = reinterpret_cast<const char*>(codes) + blk * (F::kCodeBytes + F::kScaleBytes) + ahead_bytes;
-#pragma GCC unroll 9
-    for (int l = 0; l < (F::kCodeBytes + F::kScaleBytes + 63) / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    const char* ahead = reinterpret_cast<const char*>(codes) + blk * stride + ahead_bytes;
+#pragma GCC unroll 10
+    for (int l = 0; l < (stride + 63) / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
     __m512i w[8];
     if constexpr (F::kNibbles) {
       const __m512i low = _mm512_set1_epi8(0x0f);
@@ -64,10 +70,16 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) w[t] = _mm512_load_si512(p + 64 * t);
     }
-    const uint16_t* sc = scales + blk * (F::kScaleBytes / 2);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
-    __m512 mw;
-    if constexpr (F::kMin) mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + 16)));
+    __m512 dw, mw;
+    if constexpr (F::kAffine) {
+      const float* pr = params + (blk >> shift) * 32;
+      dw = _mm512_load_ps(pr);
+      mw = _mm512_load_ps(pr + 16);
+    } else {
+      const uint16_t* sc = scales + blk * (F::kScaleBytes / 2);
+      dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
+      if constexpr (F::kMin) mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + 16)));
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const int8_t* x = xq + r * 32;
@@ -91,20 +103,16 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (i0 + r) * 16, acc[r]);
 }
 
-template <DType T>
+template <InterleavedKind K>
 void group_all(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   // Tiles of eight rows then one of the rest: the groups of act.pack_blocks8.
-  for_row_tiles<kMaxRows>(0, act.m, [&]<int R>(int64_t i) { group_rows<T, R>(b, act, g, i, out); });
+  for_row_tiles<kMaxRows>(0, act.m, [&]<int R>(int64_t i) { group_rows<K, R>(b, act, g, i, out); });
 }
 
 }  // namespace
 
 void interleaved_group_avx512(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
-  switch (b.source) {
-    case DType::Q4_0: return group_all<DType::Q4_0>(b, act, g, out);
-    case DType::Q4_1: return group_all<DType::Q4_1>(b, act, g, out);
-    default: return group_all<DType::Q8_0>(b, act, g, out);
-  }
+  with_kind(b.kind, [&]<InterleavedKind K>() { group_all<K>(b, act, g, out); });
 }
 
 }  // namespace graft::runtime::detail

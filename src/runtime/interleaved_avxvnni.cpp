@@ -1,7 +1,8 @@
-// The AVX-VNNI kernel of the interleaved Q4_0 / Q4_1 / Q8_0 copies (interleaved_blocks.h), for CPUs
+// The AVX-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q8_0, affine 4 / 8-bit), for CPUs
 // with AVX-VNNI but not AVX512-VNNI (Alder Lake and later client cores): interleaved_256.inc with
 // vpdpbusd, which adds four unsigned × signed byte products to each i32 lane without i16 steps, on
-// the stored codes as they are (Q8_0's q_w + 128: the 128·Σ q_x taken back in the block's offset).
+// the stored codes as they are (Q8_0's q_w + 128: the 128·Σ q_x taken back in the block's offset;
+// affine 8-bit's q_w as it is).
 // Four products are at most 4·255·127 = 129540 and a block's 32 at most 1036320: exact in i32.
 #include <immintrin.h>
 
@@ -19,7 +20,7 @@ namespace {
 #include "runtime/interleaved_256.inc"
 
 struct VnniDot {
-  static constexpr int32_t kQ8Offset = 128;
+  static constexpr int32_t kQ8Shift = 0;
   static GRAFT_I256 Word q8(__m256i stored) { return {stored, __m256i{}}; }
   template <bool kNibbles>
   static GRAFT_I256 __m256i accumulate(__m256i sum, const Word& w, __m256i x) {

@@ -1,5 +1,6 @@
-// Q4_0 / Q4_1 / Q8_0 weights interleaved 16 rows at a time: the copy made at load, its inverse (tests), the
-// scalar model of the block-model kernel, and the column driver.
+// Weights interleaved 16 rows at a time: the copy of GGUF Q4_0 / Q4_1 / Q8_0 made at load, its inverse
+// (tests), the scalar model of the block-model kernel (every kind), and the column driver. The copy of
+// mlx affine matrices is interleaved_affine.cpp.
 #include "runtime/interleaved_blocks.h"
 
 #include <algorithm>
@@ -20,32 +21,52 @@ constexpr int64_t kRows = 16;
 constexpr int64_t kBlock = 32;
 int64_t block_bytes(DType t) { return t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34; }
 int64_t codes_at(DType t) { return t == DType::Q4_1 ? 4 : 2; }  // after d (and Q4_1's m)
-}  // namespace
-
-bool interleavable(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
-
-bool interleave_enabled(DType t) {
+InterleavedKind kind_of(DType t) {
+  return t == DType::Q4_0 ? InterleavedKind::Q4_0 : t == DType::Q4_1 ? InterleavedKind::Q4_1 : InterleavedKind::Q8_0;
+}
+DType gguf_type(InterleavedKind k) {
+  return k == InterleavedKind::Q4_0 ? DType::Q4_0 : k == InterleavedKind::Q4_1 ? DType::Q4_1 : DType::Q8_0;
+}
+bool interleave_cpu_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("GRAFT_Q8_INTERLEAVE");
     const detail::Q8Kernel k = detail::best_q8_kernel();
     return !(e && std::strcmp(e, "0") == 0) &&
            (k == detail::Q8Kernel::Avx2 || k == detail::Q8Kernel::AvxVnni || k == detail::Q8Kernel::Avx512Vnni);
   }();
-  return on && interleavable(t);
+  return on;
+}
+}  // namespace
+
+const char* interleaved_kind_name(InterleavedKind k) {
+  switch (k) {
+    case InterleavedKind::Q4_0: return "Q4_0";
+    case InterleavedKind::Q4_1: return "Q4_1";
+    case InterleavedKind::Q8_0: return "Q8_0";
+    case InterleavedKind::Affine4: return "affine 4-bit";
+    case InterleavedKind::Affine8: return "affine 8-bit";
+  }
+  return "?";
 }
 
-std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool) {
-  if (!interleavable(w.dtype) || w.shape.size() != 2 || w.shape[1] % kBlock != 0)
-    fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0, Q4_1 or Q8_0 weight with k a multiple of 32, got ",
-            dtype_name(w.dtype), " ", shape_str(w.shape));
+bool interleavable(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+
+bool interleave_enabled(DType t) { return interleave_cpu_enabled() && interleavable(t); }
+
+bool interleave_enabled_affine() { return interleave_cpu_enabled(); }
+
+namespace detail {
+std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, int64_t n, int64_t k, int param_shift) {
   auto out = std::make_shared<InterleavedBlocks>();
   InterleavedBlocks& b = *out;
-  b.source = w.dtype;
-  b.n = w.shape[0];
-  b.k = w.shape[1];
-  b.blocks = b.k / kBlock;
-  b.code_bytes = w.dtype == DType::Q8_0 ? 512 : 256;
-  b.scale_bytes = w.dtype == DType::Q4_1 ? 64 : 32;
+  b.kind = kind;
+  b.n = n;
+  b.k = k;
+  b.blocks = k / kBlock;
+  b.param_shift = param_shift;
+  const bool eight_bit = kind == InterleavedKind::Q8_0 || kind == InterleavedKind::Affine8;
+  b.code_bytes = eight_bit ? 512 : 256;
+  b.scale_bytes = b.affine() ? 128 >> param_shift : kind == InterleavedKind::Q4_1 ? 64 : 32;
   b.group_bytes = (b.blocks * (b.code_bytes + b.scale_bytes) + 63) / 64 * 64;
   // Pages mapped in bulk (MAP_POPULATE): a page fault per 4 KiB touched was half of the copy's time.
   const size_t bytes = std::max<size_t>(static_cast<size_t>(b.groups() * b.group_bytes), 1);
@@ -53,6 +74,16 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
   if (mem == MAP_FAILED) throw std::bad_alloc();
   b.storage = std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(mem), [bytes](uint8_t* p) { munmap(p, bytes); });
   b.base = b.storage.get();
+  return out;
+}
+}  // namespace detail
+
+std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool) {
+  if (!interleavable(w.dtype) || w.shape.size() != 2 || w.shape[1] % kBlock != 0)
+    fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0, Q4_1 or Q8_0 weight with k a multiple of 32, got ",
+            dtype_name(w.dtype), " ", shape_str(w.shape));
+  auto out = detail::allocate_interleaved(kind_of(w.dtype), w.shape[0], w.shape[1], 0);
+  InterleavedBlocks& b = *out;
   const int64_t src_block = block_bytes(w.dtype), row_bytes = b.blocks * src_block, at = codes_at(w.dtype);
   const auto* src = static_cast<const uint8_t*>(w.data);
   const bool q4 = w.dtype != DType::Q8_0, mins = w.dtype == DType::Q4_1;
@@ -88,13 +119,15 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
 }
 
 void deinterleave_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
-  const int64_t g = j / kRows, r = j % kRows, src_block = block_bytes(b.source), at = codes_at(b.source);
-  const bool q4 = b.source != DType::Q8_0;
+  if (b.affine()) fail_as(ErrorKind::kInternal, "deinterleave_row: an affine copy (deinterleave_affine_row)");
+  const DType source = gguf_type(b.kind);
+  const int64_t g = j / kRows, r = j % kRows, src_block = block_bytes(source), at = codes_at(source);
+  const bool q4 = source != DType::Q8_0;
   for (int64_t blk = 0; blk < b.blocks; ++blk) {
     uint8_t* p = row + blk * src_block;
     const uint16_t* s = b.scales(g) + blk * b.scale_bytes / 2;
     std::memcpy(p, &s[r], 2);
-    if (b.source == DType::Q4_1) std::memcpy(p + 2, &s[kRows + r], 2);
+    if (source == DType::Q4_1) std::memcpy(p + 2, &s[kRows + r], 2);
     const uint8_t* src = b.codes(g) + blk * b.code_bytes + r * 4;
     for (int t = 0; t < (q4 ? 4 : 8); ++t)
       for (int c = 0; c < 4; ++c)
@@ -114,8 +147,10 @@ int64_t interleaved_prefetch_ahead() {
 
 void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   const int64_t k = b.k;
-  const bool q4 = b.source != DType::Q8_0, mins = b.source == DType::Q4_1;
-  const int32_t offset = b.source == DType::Q4_0 ? 8 : 0;  // Q8_0's codes are read back signed
+  const InterleavedKind kind = b.kind;
+  const bool q4 = b.code_bytes == 256, mins = kind == InterleavedKind::Q4_1 || b.affine();
+  // The stored code minus the model's q_w: Q4_0's nibble is q_w + 8, Q8_0's byte q_w + 128.
+  const int32_t offset = kind == InterleavedKind::Q4_0 ? 8 : kind == InterleavedKind::Q8_0 ? 128 : 0;
   for (int64_t i = 0; i < act.m; ++i)
     for (int64_t r = 0; r < kRows; ++r) {
       float acc = 0.0f;
@@ -125,18 +160,22 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
         int32_t s = 0;
         for (int c = 0; c < kBlock; ++c) {
           const int t = c / 4, e = c % 4;
-          int32_t code;
-          if (q4)
-            code = (t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4)) - offset;
-          else
-            code = static_cast<int32_t>(w[t * 64 + e]) - 128;
-          s += code * static_cast<int32_t>(x[c]);
+          const int32_t stored = q4 ? (t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4)) : w[t * 64 + e];
+          s += (stored - offset) * static_cast<int32_t>(x[c]);
         }
-        const uint16_t* sc = b.scales(g) + blk * b.scale_bytes / 2;
+        float dw, mw = 0.0f;
+        if (b.affine()) {
+          const float* p = b.params(g) + (blk >> b.param_shift) * 32;
+          dw = p[r];
+          mw = p[kRows + r];
+        } else {
+          const uint16_t* sc = b.scales(g) + blk * b.scale_bytes / 2;
+          dw = f16_to_f32(sc[r]);
+          if (mins) mw = f16_to_f32(sc[kRows + r]);
+        }
         const float dx = act.d4[(i * k + blk * kBlock) / 4];
-        acc = std::fma(static_cast<float>(s), f16_to_f32(sc[r]) * dx, acc);
-        if (mins)
-          acc = std::fma(f16_to_f32(sc[kRows + r]), dx * static_cast<float>(act.sum32[i * b.blocks + blk]), acc);
+        acc = std::fma(static_cast<float>(s), dw * dx, acc);
+        if (mins) acc = std::fma(mw, dx * static_cast<float>(act.sum32[i * b.blocks + blk]), acc);
       }
       out[i * kRows + r] = acc;
     }

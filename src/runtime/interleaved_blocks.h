@@ -1,4 +1,5 @@
-// Internal to the runtime layer: GGUF Q4_0 / Q4_1 / Q8_0 weights copied at load into groups of 16 rows
+// Internal to the runtime layer: GGUF Q4_0 / Q4_1 / Q8_0 weights, and mlx-lm affine 4-bit / 8-bit weights,
+// copied at load into groups of 16 rows
 // interleaved word by word (llama.cpp's "repack" idea), for the kernels that keep one output row per
 // vector lane: one vpdpbusd multiplies four columns of 16 weight rows by the same four activation
 // bytes (broadcast from memory), so a block of 32 columns × 16 rows is 8 integer instructions plus
@@ -9,8 +10,11 @@
 // Numeric model (the "block model", different from the 16-lane model of the other q8 kernels): over
 // the blocks b of 32 columns in ascending order, from acc = 0,
 //   acc = fma(float(Σ_{c∈b} q_w[c]·q_x[c]), d_w[b]·d_x[b], acc)
-// and for Q4_1 (w = d_w·q_w + m_w, q_w the unsigned nibble) then
+// and for Q4_1 and the affine formats (w = d_w·q_w + m_w, q_w the unsigned code) then
 //   acc = fma(m_w[b], d_x[b]·float(Σ_{c∈b} q_x[c]), acc).
+// For an affine matrix d_w[b] and m_w[b] are the scale and bias of the mlx group (32, 64 or 128
+// columns) that holds block b, kept in F32: mlx stores them as BF16 or F32, and BF16 → F16 would
+// not be exact (range), BF16 → F32 is.
 // The integer block sums are exact; each product of two scales is rounded once; one F32 chain per
 // output element, so the result does not depend on m,
 // the thread count or which rows share a call (a prefill row equals its decode). Against F32 math
@@ -20,37 +24,51 @@
 #include <memory>
 #include <span>
 
+#include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
 #include "graft/runtime/thread_pool.h"
 #include "runtime/matmul_q8.h"
 
 namespace graft::runtime {
 
-// The interleaved copy of one [n, k] Q4_0, Q4_1 or Q8_0 weight. Group g holds rows 16g .. 16g + 15 (rows
-// past n are zero codes with scale 0). Per block b of 32 columns, a group stores its codes as
-// 64-byte words, lane r of word t = four bytes of row r:
-//   Q4_0, Q4_1: 4 words; word t = the block's bytes qs[4t .. 4t + 3] (low nibbles: columns
-//         4t .. 4t + 3, high nibbles: columns 16 + 4t ..), nibbles unsigned (Q4_0's code is
-//         nibble − 8);
-//   Q8_0: 8 words; word t = columns 4t .. 4t + 3 as q_w + 128 (unsigned).
-// then, after all blocks' codes, per block the 16 rows' f16 scales d (32 bytes), for Q4_1 followed
-// by their f16 mins m (32 bytes).
+// What an interleaved copy was made from: a GGUF block type, or an mlx-lm affine matrix.
+enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8 };
+const char* interleaved_kind_name(InterleavedKind k);
+
+// The interleaved copy of one [n, k] weight. Group g holds rows 16g .. 16g + 15 (rows past n are
+// zero codes with scale 0). Per block b of 32 columns, a group stores its codes as 64-byte words,
+// lane r of word t = four bytes of row r:
+//   Q4_0, Q4_1, Affine4: 4 words; word t = the block's GGUF bytes qs[4t .. 4t + 3] (low nibbles:
+//         columns 4t .. 4t + 3, high nibbles: columns 16 + 4t ..), nibbles unsigned (Q4_0's code
+//         is nibble − 8; mlx's LSB-first uint32 words are repacked into this order at copy time);
+//   Q8_0: 8 words; word t = columns 4t .. 4t + 3 as q_w + 128 (unsigned);
+//   Affine8: 8 words; word t = columns 4t .. 4t + 3, the unsigned codes as mlx stores them.
+// then, after all blocks' codes,
+//   GGUF: per block the 16 rows' f16 scales d (32 bytes), for Q4_1 followed by their f16 mins m
+//         (32 bytes);
+//   affine: per mlx group of columns (2^param_shift blocks) the 16 rows' F32 scales then their F32
+//         biases (128 bytes: stored once per group, not per block, so that a decode step streams
+//         4 + 64/group_size bits per weight at 4-bit).
 struct InterleavedBlocks {
-  DType source = DType::Q8_0;  // Q4_0, Q4_1 or Q8_0
+  InterleavedKind kind = InterleavedKind::Q8_0;
   int64_t n = 0, k = 0;
   int64_t blocks = 0;       // k / 32
-  int64_t code_bytes = 0;   // per block and group: 256 (Q4_0, Q4_1) or 512 (Q8_0)
-  int64_t scale_bytes = 0;  // per block and group: 32, or 64 with Q4_1's mins
+  int64_t code_bytes = 0;   // per block and group: 256 (4-bit) or 512 (8-bit)
+  int64_t scale_bytes = 0;  // per block and group: 32, or 64 with Q4_1's mins; affine: 128 >> param_shift
+  int param_shift = 0;      // affine: log2(blocks per mlx group); 0 for GGUF
   int64_t group_bytes = 0;  // codes and scales of one group, a multiple of 64
   std::shared_ptr<uint8_t[]> storage;
   const uint8_t* base = nullptr;  // 64-byte aligned
 
   int64_t groups() const { return (n + 15) / 16; }
+  bool affine() const { return kind == InterleavedKind::Affine4 || kind == InterleavedKind::Affine8; }
   const uint8_t* codes(int64_t g) const { return base + g * group_bytes; }
-  // Block b's 16 scales at scales(g) + b·scale_bytes / 2; Q4_1's mins 16 further.
+  // GGUF: block b's 16 scales at scales(g) + b·scale_bytes / 2; Q4_1's mins 16 further.
   const uint16_t* scales(int64_t g) const {
     return reinterpret_cast<const uint16_t*>(codes(g) + blocks * code_bytes);
   }
+  // Affine: block b's 16 scales at params(g) + (b >> param_shift)·32, its 16 biases 16 further.
+  const float* params(int64_t g) const { return reinterpret_cast<const float*>(codes(g) + blocks * code_bytes); }
   int64_t nbytes() const { return groups() * group_bytes; }
 };
 
@@ -58,11 +76,23 @@ struct InterleavedBlocks {
 // AVX-VNNI or AVX512-VNNI, and GRAFT_Q8_INTERLEAVE is not 0).
 bool interleave_enabled(DType t);
 bool interleavable(DType t);  // Q4_0, Q4_1 or Q8_0
+// Whether matmul runs interleaved copies of mlx affine matrices (4 or 8 bits) on this CPU: the same
+// conditions. GRAFT_Q8_INTERLEAVE=0 keeps them on matmul_affine's F32 kernel (the reference path).
+bool interleave_enabled_affine();
 
 // The copy (rows split over the pool). w: [n, k] of an interleavable type.
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool = nullptr);
 // Row j of the copy as the original GGUF blocks (tests: the layout round-trips).
 void deinterleave_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
+// The copy of an mlx affine matrix (interleaved_affine.cpp), and row j of it read back as mlx
+// stores it: cols·bits/32 packed uint32 words, cols/group_size scales and biases (F32).
+std::shared_ptr<const InterleavedBlocks> interleave_affine(const AffineQuantized& w, ThreadPool* pool = nullptr);
+void deinterleave_affine_row(const InterleavedBlocks& w, int64_t j, uint32_t* packed, float* scales, float* biases);
+
+namespace detail {
+// An empty copy of `kind` for [n, k] with its sizes set and zeroed, 64-byte aligned storage.
+std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, int64_t n, int64_t k, int param_shift);
+}  // namespace detail
 
 namespace detail {
 
@@ -86,16 +116,31 @@ void interleaved_group_avx512(const InterleavedBlocks& w, const Q8Activations& a
 void interleaved_group_avxvnni(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
 void interleaved_group_avx2(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
 
-// Shared by the SIMD group kernels. Per format: bytes of codes and scales per block and group, the
-// codes' offset (Q4_0's nibbles are code + 8, Q8_0's bytes code + 128), whether a min follows.
-template <DType T>
+// Shared by the SIMD group kernels. Per format: bytes of codes per block and group, of scales (GGUF:
+// per block; affine: per mlx group, the F32 scale and bias record), the codes' offset (Q4_0's
+// nibbles are code + 8, Q8_0's bytes code + 128; the others store the unsigned code itself),
+// whether a min (bias) follows.
+template <InterleavedKind K>
 struct InterleavedFmt {
-  static constexpr bool kNibbles = T != DType::Q8_0;
-  static constexpr bool kMin = T == DType::Q4_1;
+  static constexpr bool kAffine = K == InterleavedKind::Affine4 || K == InterleavedKind::Affine8;
+  static constexpr bool kNibbles = K == InterleavedKind::Q4_0 || K == InterleavedKind::Q4_1 || K == InterleavedKind::Affine4;
+  static constexpr bool kMin = K == InterleavedKind::Q4_1 || kAffine;
   static constexpr int kCodeBytes = kNibbles ? 256 : 512;
-  static constexpr int kScaleBytes = kMin ? 64 : 32;
-  static constexpr int32_t kOffset = T == DType::Q4_0 ? 8 : T == DType::Q8_0 ? 128 : 0;
+  static constexpr int kScaleBytes = kAffine ? 128 : K == InterleavedKind::Q4_1 ? 64 : 32;
+  static constexpr int32_t kOffset = K == InterleavedKind::Q4_0 ? 8 : K == InterleavedKind::Q8_0 ? 128 : 0;
 };
+
+// Calls f.template operator()<K>() with the copy's kind as a constant.
+template <class F>
+decltype(auto) with_kind(InterleavedKind k, F&& f) {
+  switch (k) {
+    case InterleavedKind::Q4_0: return f.template operator()<InterleavedKind::Q4_0>();
+    case InterleavedKind::Q4_1: return f.template operator()<InterleavedKind::Q4_1>();
+    case InterleavedKind::Affine4: return f.template operator()<InterleavedKind::Affine4>();
+    case InterleavedKind::Affine8: return f.template operator()<InterleavedKind::Affine8>();
+    default: return f.template operator()<InterleavedKind::Q8_0>();
+  }
+}
 
 // Decode streams each weight byte once from L3 or memory, and the hardware prefetcher stops at 4 KiB
 // page boundaries: each block asks for the group's bytes this far on (GRAFT_Q8_PREFETCH, default

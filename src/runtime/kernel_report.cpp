@@ -9,10 +9,10 @@ namespace graft::runtime {
 
 std::string describe_kernels(const model::ModelWeights& w) {
   std::map<std::string, int> formats;
-  bool blocks = false, dense = false, affine = false, interleaved = false;
+  bool blocks = false, dense = false, affine = false, interleaved = false, affine_interleaved = false;
   auto add = [&](const model::Matrix& m) {
     if (m.quantized()) {
-      affine = true;
+      (m.interleaved ? affine_interleaved : affine) = true;
       ++formats["mlx affine " + std::to_string(m.quant.bits) + "-bit"];
     } else {
       (dtype_is_quantized(m.dense.dtype) ? blocks : dense) = true;
@@ -29,6 +29,8 @@ std::string describe_kernels(const model::ModelWeights& w) {
   if (dense) s += std::string(" dense ") + matmul_isa();
   if (blocks) s += std::string(" gguf-blocks q8-activations ") + matmul_q8_kernel();
   if (interleaved) s += " (Q4_0/Q4_1/Q8_0 rows interleaved x16)";
+  if (affine_interleaved)
+    s += std::string(" mlx-affine q8-activations ") + matmul_q8_kernel() + " (affine 4/8-bit rows interleaved x16)";
   if (affine) s += " mlx-affine avx2";
   return s;
 }

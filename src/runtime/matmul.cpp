@@ -163,12 +163,13 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   for (size_t i = 0; i < targets.size(); ++i) {
     const model::Matrix& w = *targets[i].w;
     if (w.cols != k) fail_as(ErrorKind::kInternal, "matmul_many: targets of ", k, " and ", w.cols, " columns");
-    if (w.quantized()) {
+    if (w.interleaved) {  // (GGUF blocks or mlx affine: the same int8 activations)
+      any_blocks = any_interleaved = true;
+    } else if (w.quantized()) {
       affine[i] = prepare_affine(x, m, k, w.quant);
     } else if (dtype_is_quantized(w.dense.dtype)) {
       any_blocks = true;
-      any_interleaved = any_interleaved || w.interleaved;
-      if (!w.interleaved) block_types.push_back(w.dense.dtype);
+      block_types.push_back(w.dense.dtype);
     }
     else
       check_args("matmul", x, m, k, w.dense, targets[i].y);
@@ -191,10 +192,10 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
           const int64_t j0 = std::max(g0, start[i]) - start[i], j1 = std::min(g1, start[i + 1]) - start[i];
           if (j0 >= j1) continue;
           const model::Matrix& w = *targets[i].w;
-          if (w.quantized())
-            affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
-          else if (w.interleaved)
+          if (w.interleaved)
             detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
+          else if (w.quantized())
+            affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
           else if (dtype_is_quantized(w.dense.dtype))
             detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
           else
@@ -206,8 +207,14 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
 }
 
 int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool) {
-  if (m.quantized() || m.interleaved || !interleave_enabled(m.dense.dtype)) return 0;
-  m.interleaved = interleave_blocks(m.dense, &pool);
+  if (m.interleaved) return 0;
+  if (m.quantized()) {
+    if (!interleave_enabled_affine()) return 0;
+    m.interleaved = interleave_affine(m.quant, &pool);
+  } else {
+    if (!interleave_enabled(m.dense.dtype)) return 0;
+    m.interleaved = interleave_blocks(m.dense, &pool);
+  }
   return m.interleaved->nbytes();
 }
 

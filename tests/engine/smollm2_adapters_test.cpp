@@ -11,6 +11,8 @@
 // As in smollm2_test, a divergence is accepted only at a recorded near tie (top-two gap < 1e-4).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,8 @@
 #include "graft/model/loader.h"
 #include "graft/engine/generate.h"
 #include "graft/runtime/lora.h"
+#include "graft/runtime/kernels.h"
+#include "runtime/interleaved_blocks.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
@@ -132,6 +136,52 @@ TEST(SmolLM2Adapters, FourBitQuantizationAndMlxAdapterMatchMlxLm) {
     EXPECT_EQ(test::greedy_ids(m, nullptr, {}, ids, base.size()), base) << "4-bit base, min gap " << p["q4_min_top2_gap"];
     EXPECT_EQ(test::greedy_ids(m, set, {1.0f}, ids, lora.size()), lora)
         << "4-bit + pirate-mlx, min gap " << p["q4_adapter_min_top2_gap"];
+  }
+}
+
+// The default path on CPUs with an integer kernel (what `graft generate` runs on an mlx 4-bit or
+// 8-bit SmolLM2): the affine matrices interleaved and multiplied with 8-bit activations. Expected:
+// mlx-lm's 4-bit greedy tokens (q4_greedy), and for 8-bit graft's F32 path on the same codes (the
+// F32 path equals mlx-lm's arithmetic to 1e-4: quantized_test). As for the Q4_1 blocks
+// (smollm2_test's Q8KernelsStayNearTheF32Path, bound 4), this model's activation outliers make the
+// int8 rounding move logits by up to a few units: measured max |Δlogit| against the F32 path over the
+// prompts 2.31 (4-bit) / 1.77 (8-bit), bound 4. A greedy divergence is accepted only where the F32
+// path's top two are within 1.0 at that step (measured: 4-bit diverges at steps 4 and 13 of two
+// prompts at gaps 0.233 and 0.155, the third equal for 32 steps; 8-bit at step 22 of one prompt at
+// gap 0.383, two equal for 32 steps): a near tie for a path whose logits move by ±2.
+TEST(SmolLM2Adapters, InterleavedAffineGreedyStaysNearMlxLm) {
+  if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
+  if (!interleave_enabled_affine()) GTEST_SKIP() << "no interleaved integer kernel on this CPU (or GRAFT_Q8_INTERLEAVE=0)";
+  constexpr double kMaxAbs = 4.0, kNearTie = 1.0;
+  const auto ref = load("smollm2/mlx_q4_reference.json");
+  for (int bits : {4, 8}) {
+    model::LoadOptions o = f32_options();
+    o.quantize = model::QuantSpec{bits, 64};
+    const model::LoadedModel exact = model::load_model(test::smollm2_gguf(), o);
+    model::LoadedModel fast = model::load_model(test::smollm2_gguf(), o);
+    ThreadPool prep(2);
+    ASSERT_GT(prepare_weights(fast.weights, prep), 0);
+    const int64_t V = exact.config.vocab_size;
+    for (const auto& p : ref["prompts"]) {
+      const auto ids = p["ids"].get<std::vector<int32_t>>();
+      const auto a = test::prompt_logits(exact, nullptr, {}, ids), b = test::prompt_logits(fast, nullptr, {}, ids);
+      double worst = 0;
+      for (size_t j = 0; j < a.size(); ++j) worst = std::max(worst, std::fabs(static_cast<double>(a[j]) - b[j]));
+      EXPECT_LE(worst, kMaxAbs) << bits << "-bit";
+      EXPECT_GT(worst, 0.0) << bits << "-bit: the interleaved path is not a different computation";
+      const auto want = bits == 4 ? p["q4_greedy"].get<std::vector<int32_t>>() : test::greedy_ids(exact, nullptr, {}, ids, 32);
+      const auto got = test::greedy_ids(fast, nullptr, {}, ids, want.size());
+      size_t i = 0;
+      while (i < want.size() && got[i] == want[i]) ++i;
+      if (i == want.size()) continue;
+      std::vector<int32_t> prefix = ids;  // the F32 path's logits at the diverging step
+      prefix.insert(prefix.end(), want.begin(), want.begin() + static_cast<std::ptrdiff_t>(i));
+      const auto lg = test::prompt_logits(exact, nullptr, {}, prefix);
+      std::vector<float> last(lg.end() - V, lg.end());
+      std::partial_sort(last.begin(), last.begin() + 2, last.end(), std::greater<float>());
+      std::printf("%d-bit interleaved: diverged at step %zu, F32-path top-2 gap %g\n", bits, i, last[0] - last[1]);
+      EXPECT_LT(last[0] - last[1], kNearTie) << bits << "-bit: diverged at step " << i;
+    }
   }
 }
 

@@ -39,11 +39,13 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor
 void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate = false,
             const ColumnEpilogue* epilogue = nullptr);
 
-// Copies the model's GGUF Q4_0 / Q8_0 matrices into the layout of the CPU's fastest integer kernel
-// (16 rows interleaved, for AVX512-VNNI; GRAFT_Q8_INTERLEAVE=0 keeps them as stored). The copies
-// change the summation order of those matrices (runtime/interleaved_blocks.h: the block model);
-// every other property holds (results independent of m and the thread count). Returns the bytes
-// copied. Call before a Transformer is built on the weights.
+// Copies the model's GGUF Q4_0 / Q4_1 / Q8_0 matrices and its mlx affine 4/8-bit matrices into the
+// layout of the CPU's fastest integer kernel (16 rows interleaved, for AVX512-VNNI, AVX-VNNI or AVX2;
+// GRAFT_Q8_INTERLEAVE=0 keeps them as stored, the affine ones on matmul_affine's F32 kernel). The
+// copies change the summation order of those matrices, and for affine matrices round the
+// activations to 8 bits per block of 32 (runtime/interleaved_blocks.h: the block model); every other
+// property holds (results independent of m and the thread count). Returns the bytes copied. Call
+// before a Transformer is built on the weights.
 int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool);
 int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool);  // one matrix of it
 
