@@ -1,4 +1,4 @@
-// The AVX2 kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q8_0, affine 4 / 8-bit), for CPUs
+// The AVX2 kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, affine 4 / 8-bit), for CPUs
 // without AVX512-VNNI: interleaved_256.inc with byte products by _mm256_maddubs_epi16 (unsigned ×
 // signed bytes, adjacent pairs added with i16 saturation) widened by _mm256_madd_epi16 with ones.
 #include <immintrin.h>
@@ -20,9 +20,9 @@ namespace {
 //   Nibbles (Q4_0, Q4_1, affine 4-bit: u = the nibble, 0..15): a maddubs pair is at most
 //   2·15·127 = 3810, and the i16 partial sum takes the eight words of a block, at most 30480 < 32767;
 //   so a block's i16 sums are exact and widened once, in finish().
-//   8-bit (Q8_0's stored q_w + 128, affine's stored q_w; both 0..255): unsigned bytes would saturate
-//   (2·255·127 = 64770), so s = stored ^ 0x80 = stored − 128 (Q8_0: q_w; affine: q_w − 128, both in
-//   −128..127) and maddubs(|s|, sign(x, s)) multiplies |s|·(±x) = s·x: a pair is at most 2·128·127 =
+//   8-bit (Q8_0's stored q_w + 128, affine's stored q_w, Q5's 5-bit code; all 0..255): unsigned bytes
+//   would saturate (2·255·127 = 64770), so s = stored ^ 0x80 = stored − 128 (Q8_0: q_w; affine, Q5:
+//   code − 128, all in −128..127) and maddubs(|s|, sign(x, s)) multiplies |s|·(±x) = s·x: a pair is at most 2·128·127 =
 //   32512 < 32767 (|−128| reads as the unsigned byte 128), but two pairs would not fit i16, so each
 //   word is widened to i32 at once. The kernel adds (128 − F::kOffset)·Σ q_x back (affine: 128·Σ q_x,
 //   at most 128·32·127 in size: exact in i32), so the block sum is Σ q_w·q_x exactly as on VNNI.

@@ -1,4 +1,4 @@
-// The AVX512-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q8_0, affine
+// The AVX512-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, affine
 // 4 / 8-bit): lane r of every vector is weight row 16g + r. Per block of 32 columns the codes are eight
 // vectors (4-bit: four loads split into low and high nibbles; 8-bit: eight loads), each multiplied by four
 // activation bytes broadcast from memory (vpdpbusd's m32bcst operand: the activations signed, the

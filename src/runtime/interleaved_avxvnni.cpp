@@ -1,4 +1,4 @@
-// The AVX-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q8_0, affine 4 / 8-bit), for CPUs
+// The AVX-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, affine 4 / 8-bit), for CPUs
 // with AVX-VNNI but not AVX512-VNNI (Alder Lake and later client cores): interleaved_256.inc with
 // vpdpbusd, which adds four unsigned × signed byte products to each i32 lane without i16 steps, on
 // the stored codes as they are (Q8_0's q_w + 128: the 128·Σ q_x taken back in the block's offset;

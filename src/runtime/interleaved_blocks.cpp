@@ -1,4 +1,4 @@
-// Weights interleaved 16 rows at a time: the copy of GGUF Q4_0 / Q4_1 / Q8_0 made at load, its inverse
+// Weights interleaved 16 rows at a time: the copy of GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 made at load, its inverse
 // (tests), the scalar model of the block-model kernel (every kind), and the column driver. The copy of
 // mlx affine matrices is interleaved_affine.cpp.
 #include "runtime/interleaved_blocks.h"
@@ -19,13 +19,35 @@ namespace graft::runtime {
 namespace {
 constexpr int64_t kRows = 16;
 constexpr int64_t kBlock = 32;
-int64_t block_bytes(DType t) { return t == DType::Q4_0 ? 18 : t == DType::Q4_1 ? 20 : 34; }
-int64_t codes_at(DType t) { return t == DType::Q4_1 ? 4 : 2; }  // after d (and Q4_1's m)
+int64_t block_bytes(DType t) { return dtype_block_bytes(t); }
+bool has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
+int64_t codes_at(DType t) { return has_min(t) ? 4 : 2; }  // after d (and the min); Q5's qh comes first
+bool five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_1; }
 InterleavedKind kind_of(DType t) {
-  return t == DType::Q4_0 ? InterleavedKind::Q4_0 : t == DType::Q4_1 ? InterleavedKind::Q4_1 : InterleavedKind::Q8_0;
+  switch (t) {
+    case DType::Q4_0: return InterleavedKind::Q4_0;
+    case DType::Q4_1: return InterleavedKind::Q4_1;
+    case DType::Q5_0: return InterleavedKind::Q5_0;
+    case DType::Q5_1: return InterleavedKind::Q5_1;
+    default: return InterleavedKind::Q8_0;
+  }
 }
 DType gguf_type(InterleavedKind k) {
-  return k == InterleavedKind::Q4_0 ? DType::Q4_0 : k == InterleavedKind::Q4_1 ? DType::Q4_1 : DType::Q8_0;
+  switch (k) {
+    case InterleavedKind::Q4_0: return DType::Q4_0;
+    case InterleavedKind::Q4_1: return DType::Q4_1;
+    case InterleavedKind::Q5_0: return DType::Q5_0;
+    case InterleavedKind::Q5_1: return DType::Q5_1;
+    default: return DType::Q8_0;
+  }
+}
+// Column c's 5-bit code of a Q5 block (qh: 32 high bits, then 16 bytes of nibbles: column c < 16 is
+// the low nibble of byte c, column 16 + c its high nibble).
+uint8_t q5_code(const uint8_t* qh_qs, int c) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_qs, 4);
+  const uint8_t nib = c < 16 ? (qh_qs[4 + c] & 0x0f) : (qh_qs[4 + c - 16] >> 4);
+  return static_cast<uint8_t>(nib | (((qh >> c) & 1u) << 4));
 }
 bool interleave_cpu_enabled() {
   static const bool on = [] {
@@ -45,11 +67,15 @@ const char* interleaved_kind_name(InterleavedKind k) {
     case InterleavedKind::Q8_0: return "Q8_0";
     case InterleavedKind::Affine4: return "affine 4-bit";
     case InterleavedKind::Affine8: return "affine 8-bit";
+    case InterleavedKind::Q5_0: return "Q5_0";
+    case InterleavedKind::Q5_1: return "Q5_1";
   }
   return "?";
 }
 
-bool interleavable(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+bool interleavable(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_0;
+}
 
 bool interleave_enabled(DType t) { return interleave_cpu_enabled() && interleavable(t); }
 
@@ -64,9 +90,12 @@ std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, in
   b.k = k;
   b.blocks = k / kBlock;
   b.param_shift = param_shift;
-  const bool eight_bit = kind == InterleavedKind::Q8_0 || kind == InterleavedKind::Affine8;
+  const bool eight_bit = kind == InterleavedKind::Q8_0 || kind == InterleavedKind::Affine8 ||
+                         kind == InterleavedKind::Q5_0 || kind == InterleavedKind::Q5_1;
   b.code_bytes = eight_bit ? 512 : 256;
-  b.scale_bytes = b.affine() ? 128 >> param_shift : kind == InterleavedKind::Q4_1 ? 64 : 32;
+  b.scale_bytes = b.affine() ? 128 >> param_shift
+                  : (kind == InterleavedKind::Q4_1 || kind == InterleavedKind::Q5_1) ? 64
+                                                                                     : 32;
   b.group_bytes = (b.blocks * (b.code_bytes + b.scale_bytes) + 63) / 64 * 64;
   // Pages mapped in bulk (MAP_POPULATE): a page fault per 4 KiB touched was half of the copy's time.
   const size_t bytes = std::max<size_t>(static_cast<size_t>(b.groups() * b.group_bytes), 1);
@@ -80,13 +109,13 @@ std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, in
 
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool) {
   if (!interleavable(w.dtype) || w.shape.size() != 2 || w.shape[1] % kBlock != 0)
-    fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0, Q4_1 or Q8_0 weight with k a multiple of 32, got ",
+    fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weight with k a multiple of 32, got ",
             dtype_name(w.dtype), " ", shape_str(w.shape));
   auto out = detail::allocate_interleaved(kind_of(w.dtype), w.shape[0], w.shape[1], 0);
   InterleavedBlocks& b = *out;
   const int64_t src_block = block_bytes(w.dtype), row_bytes = b.blocks * src_block, at = codes_at(w.dtype);
   const auto* src = static_cast<const uint8_t*>(w.data);
-  const bool q4 = w.dtype != DType::Q8_0, mins = w.dtype == DType::Q4_1;
+  const bool q4 = w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1, mins = has_min(w.dtype), q5 = five_bit(w.dtype);
   auto groups = [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       auto* codes = const_cast<uint8_t*>(b.codes(g));
@@ -100,6 +129,10 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
           std::memcpy(&s[r], p, 2);
           if (mins) std::memcpy(&s[kRows + r], p + 2, 2);
           uint8_t* dst = codes + blk * b.code_bytes + r * 4;
+          if (q5) {
+            for (int c = 0; c < kBlock; ++c) dst[(c / 4) * 64 + c % 4] = q5_code(p + at, c);
+            continue;
+          }
           const uint32_t flip = q4 ? 0u : 0x80808080u;  // Q8_0: q_w + 128 in every byte
           for (int t = 0; t < (q4 ? 4 : 8); ++t) {
             uint32_t word;
@@ -122,13 +155,25 @@ void deinterleave_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
   if (b.affine()) fail_as(ErrorKind::kInternal, "deinterleave_row: an affine copy (deinterleave_affine_row)");
   const DType source = gguf_type(b.kind);
   const int64_t g = j / kRows, r = j % kRows, src_block = block_bytes(source), at = codes_at(source);
-  const bool q4 = source != DType::Q8_0;
+  const bool q4 = source == DType::Q4_0 || source == DType::Q4_1;
   for (int64_t blk = 0; blk < b.blocks; ++blk) {
     uint8_t* p = row + blk * src_block;
     const uint16_t* s = b.scales(g) + blk * b.scale_bytes / 2;
     std::memcpy(p, &s[r], 2);
-    if (source == DType::Q4_1) std::memcpy(p + 2, &s[kRows + r], 2);
+    if (has_min(source)) std::memcpy(p + 2, &s[kRows + r], 2);
     const uint8_t* src = b.codes(g) + blk * b.code_bytes + r * 4;
+    if (five_bit(source)) {  // back to qh and the nibbles
+      uint32_t qh = 0;
+      uint8_t* qs = p + at + 4;
+      std::memset(qs, 0, 16);
+      for (int c = 0; c < kBlock; ++c) {
+        const uint8_t code = src[(c / 4) * 64 + c % 4];
+        qh |= static_cast<uint32_t>(code >> 4) << c;
+        qs[c % 16] |= static_cast<uint8_t>((code & 0x0f) << (c < 16 ? 0 : 4));
+      }
+      std::memcpy(p + at, &qh, 4);
+      continue;
+    }
     for (int t = 0; t < (q4 ? 4 : 8); ++t)
       for (int c = 0; c < 4; ++c)
         p[at + 4 * t + c] = q4 ? src[t * 64 + c] : static_cast<uint8_t>(src[t * 64 + c] ^ 0x80u);
@@ -148,9 +193,14 @@ int64_t interleaved_prefetch_ahead() {
 void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   const int64_t k = b.k;
   const InterleavedKind kind = b.kind;
-  const bool q4 = b.code_bytes == 256, mins = kind == InterleavedKind::Q4_1 || b.affine();
-  // The stored code minus the model's q_w: Q4_0's nibble is q_w + 8, Q8_0's byte q_w + 128.
-  const int32_t offset = kind == InterleavedKind::Q4_0 ? 8 : kind == InterleavedKind::Q8_0 ? 128 : 0;
+  const bool q4 = b.code_bytes == 256,
+             mins = kind == InterleavedKind::Q4_1 || kind == InterleavedKind::Q5_1 || b.affine();
+  // The stored code minus the model's q_w: Q4_0's nibble is q_w + 8, Q8_0's byte q_w + 128, Q5_0's
+  // code q_w + 16.
+  const int32_t offset = kind == InterleavedKind::Q4_0   ? 8
+                         : kind == InterleavedKind::Q8_0 ? 128
+                         : kind == InterleavedKind::Q5_0 ? 16
+                                                         : 0;
   for (int64_t i = 0; i < act.m; ++i)
     for (int64_t r = 0; r < kRows; ++r) {
       float acc = 0.0f;

@@ -1,4 +1,4 @@
-// Internal to the runtime layer: GGUF Q4_0 / Q4_1 / Q8_0 weights, and mlx-lm affine 4-bit / 8-bit weights,
+// Internal to the runtime layer: GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights, and mlx-lm affine 4-bit / 8-bit weights,
 // copied at load into groups of 16 rows
 // interleaved word by word (llama.cpp's "repack" idea), for the kernels that keep one output row per
 // vector lane: one vpdpbusd multiplies four columns of 16 weight rows by the same four activation
@@ -32,7 +32,7 @@
 namespace graft::runtime {
 
 // What an interleaved copy was made from: a GGUF block type, or an mlx-lm affine matrix.
-enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8 };
+enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8, Q5_0, Q5_1 };
 const char* interleaved_kind_name(InterleavedKind k);
 
 // The interleaved copy of one [n, k] weight. Group g holds rows 16g .. 16g + 15 (rows past n are
@@ -42,9 +42,12 @@ const char* interleaved_kind_name(InterleavedKind k);
 //         columns 4t .. 4t + 3, high nibbles: columns 16 + 4t ..), nibbles unsigned (Q4_0's code
 //         is nibble − 8; mlx's LSB-first uint32 words are repacked into this order at copy time);
 //   Q8_0: 8 words; word t = columns 4t .. 4t + 3 as q_w + 128 (unsigned);
-//   Affine8: 8 words; word t = columns 4t .. 4t + 3, the unsigned codes as mlx stores them.
+//   Affine8: 8 words; word t = columns 4t .. 4t + 3, the unsigned codes as mlx stores them;
+//   Q5_0, Q5_1: 8 words; word t = columns 4t .. 4t + 3 as the unsigned 5-bit code, one per byte (the
+//         GGUF nibble with its qh bit; Q5_0's code is q_w + 16). A byte per 5-bit code streams more
+//         than the 5.5 or 6 stored bits, but runs on the 8-bit kernels that are 2x llama.cpp at prefill.
 // then, after all blocks' codes,
-//   GGUF: per block the 16 rows' f16 scales d (32 bytes), for Q4_1 followed by their f16 mins m
+//   GGUF: per block the 16 rows' f16 scales d (32 bytes), for Q4_1 and Q5_1 followed by their f16 mins m
 //         (32 bytes);
 //   affine: per mlx group of columns (2^param_shift blocks) the 16 rows' F32 scales then their F32
 //         biases (128 bytes: stored once per group, not per block, so that a decode step streams
@@ -75,7 +78,7 @@ struct InterleavedBlocks {
 // Whether matmul runs interleaved copies of `t` weights on this CPU (the q8 kernel chosen is AVX2,
 // AVX-VNNI or AVX512-VNNI, and GRAFT_Q8_INTERLEAVE is not 0).
 bool interleave_enabled(DType t);
-bool interleavable(DType t);  // Q4_0, Q4_1 or Q8_0
+bool interleavable(DType t);  // Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0
 // Whether matmul runs interleaved copies of mlx affine matrices (4 or 8 bits) on this CPU: the same
 // conditions. GRAFT_Q8_INTERLEAVE=0 keeps them on matmul_affine's F32 kernel (the reference path).
 bool interleave_enabled_affine();
@@ -124,10 +127,13 @@ template <InterleavedKind K>
 struct InterleavedFmt {
   static constexpr bool kAffine = K == InterleavedKind::Affine4 || K == InterleavedKind::Affine8;
   static constexpr bool kNibbles = K == InterleavedKind::Q4_0 || K == InterleavedKind::Q4_1 || K == InterleavedKind::Affine4;
-  static constexpr bool kMin = K == InterleavedKind::Q4_1 || kAffine;
+  static constexpr bool kMin = K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1 || kAffine;
   static constexpr int kCodeBytes = kNibbles ? 256 : 512;
-  static constexpr int kScaleBytes = kAffine ? 128 : K == InterleavedKind::Q4_1 ? 64 : 32;
-  static constexpr int32_t kOffset = K == InterleavedKind::Q4_0 ? 8 : K == InterleavedKind::Q8_0 ? 128 : 0;
+  static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : 32;
+  static constexpr int32_t kOffset = K == InterleavedKind::Q4_0   ? 8
+                                     : K == InterleavedKind::Q8_0 ? 128
+                                     : K == InterleavedKind::Q5_0 ? 16
+                                                                  : 0;
 };
 
 // Calls f.template operator()<K>() with the copy's kind as a constant.
@@ -138,6 +144,8 @@ decltype(auto) with_kind(InterleavedKind k, F&& f) {
     case InterleavedKind::Q4_1: return f.template operator()<InterleavedKind::Q4_1>();
     case InterleavedKind::Affine4: return f.template operator()<InterleavedKind::Affine4>();
     case InterleavedKind::Affine8: return f.template operator()<InterleavedKind::Affine8>();
+    case InterleavedKind::Q5_0: return f.template operator()<InterleavedKind::Q5_0>();
+    case InterleavedKind::Q5_1: return f.template operator()<InterleavedKind::Q5_1>();
     default: return f.template operator()<InterleavedKind::Q8_0>();
   }
 }

@@ -1,4 +1,4 @@
-// Q4_0 / Q4_1 / Q8_0 weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights: random
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights: random
 // blocks on awkward shapes (one row, n not a multiple of 16, one block, k an odd number of blocks).
 // Tolerances, and why:
 //   - the layout: every row read back from the copy equals the GGUF row byte for byte;
@@ -28,7 +28,7 @@
 namespace graft::runtime::detail {
 namespace {
 
-const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0};
+const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
 struct Shape3 { int64_t m, n, k; };
 // m = 9, 20: the kernels' tiles of eight activation rows plus a remainder.
 const Shape3 kShapes[] = {{1, 1, 32},   {1, 16, 96}, {3, 17, 64}, {5, 40, 576},
@@ -66,8 +66,10 @@ TEST(InterleavedBlocks, EveryRowReadsBackAsTheGgufRow) {
 }
 
 TEST(InterleavedBlocks, RefusesOtherFormats) {
-  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q5_0, 2, 32, 1)), Error);
+  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q4_K, 2, 256, 1)), Error);
   EXPECT_FALSE(interleavable(DType::Q4_K));
+  EXPECT_FALSE(interleavable(DType::Q6_K));
+  EXPECT_TRUE(interleavable(DType::Q5_0));
   EXPECT_TRUE(interleavable(DType::Q8_0));
 }
 
@@ -89,7 +91,8 @@ TEST_P(InterleavedKernel, EqualsTheBlockModel) {
 }
 
 // Codes and activations at the ends of their ranges, where a naive maddubs on Q8_0's stored
-// unsigned codes (q_w + 128) would saturate its i16 pairs: Q8_0 codes −128 or 127 (nibbles 0 or 15),
+// unsigned codes (q_w + 128) would saturate its i16 pairs: Q8_0 codes −128 or 127 (nibbles 0 or 15,
+// Q5 codes 0 or 31: every qs and qh bit clear or set),
 // activations ±127, in sign patterns that make the pairs add up, cancel, and mix.
 TEST_P(InterleavedKernel, EqualsTheBlockModelAtExtremeCodes) {
   const int64_t m = 5, n = 24, k = 128;
@@ -106,7 +109,9 @@ TEST_P(InterleavedKernel, EqualsTheBlockModelAtExtremeCodes) {
   // alternating, by block.
   for (DType t : kTypes) {
     Tensor w = random_blocks(t, n, k, 59);
-    const int64_t bb = dtype_block_bytes(t), at = t == DType::Q4_1 ? 4 : 2, code_bytes = t == DType::Q8_0 ? 32 : 16;
+    const bool q5 = t == DType::Q5_0 || t == DType::Q5_1;
+    const int64_t bb = dtype_block_bytes(t), at = t == DType::Q4_1 || t == DType::Q5_1 ? 4 : 2,
+                  code_bytes = t == DType::Q8_0 ? 32 : q5 ? 20 : 16;  // Q5: qh then qs
     auto* bytes = static_cast<uint8_t*>(const_cast<void*>(w.data));
     for (int64_t blk = 0; blk < n * k / 32; ++blk)
       for (int64_t c = 0; c < code_bytes; ++c) {
@@ -174,10 +179,10 @@ TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
 }
 
 TEST(InterleavedBlocks, MatmulManyEqualsOneMatmulPerTarget) {
-  const int64_t k = 96, m = 3;
+  const int64_t k = 256, m = 3;  // Q4_K: whole super-blocks
   const model::Matrix q = interleaved_matrix(DType::Q8_0, 48, k, 31);
   const model::Matrix kk = interleaved_matrix(DType::Q4_0, 20, k, 37);
-  const model::Matrix v = model::Matrix::of(random_blocks(DType::Q5_1, 24, k, 41));  // read as stored
+  const model::Matrix v = model::Matrix::of(random_blocks(DType::Q4_K, 24, k, 41));  // read as stored
   const auto x = random_x(m, k, 43);
   ThreadPool pool(2);
   std::vector<float> yq(m * 48), yk(m * 20), yv(m * 24);
@@ -191,12 +196,12 @@ TEST(InterleavedBlocks, MatmulManyEqualsOneMatmulPerTarget) {
 TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
   ThreadPool pool(1);
   model::Matrix q8 = model::Matrix::of(random_blocks(DType::Q8_0, 16, 64, 47));
-  model::Matrix q50 = model::Matrix::of(random_blocks(DType::Q5_0, 16, 64, 53));
+  model::Matrix q6k = model::Matrix::of(random_blocks(DType::Q6_K, 16, 256, 53));
   const int64_t bytes = prepare_matrix(q8, pool);
   EXPECT_EQ(q8.interleaved != nullptr, interleave_enabled(DType::Q8_0));
   EXPECT_EQ(bytes, q8.interleaved ? q8.interleaved->nbytes() : 0);
-  EXPECT_EQ(prepare_matrix(q50, pool), 0);
-  EXPECT_EQ(q50.interleaved, nullptr);
+  EXPECT_EQ(prepare_matrix(q6k, pool), 0);
+  EXPECT_EQ(q6k.interleaved, nullptr);
   const Q8Kernel kernel = best_q8_kernel();
   EXPECT_EQ(interleave_enabled(DType::Q4_0), (kernel == Q8Kernel::Avx2 || kernel == Q8Kernel::AvxVnni ||
                                               kernel == Q8Kernel::Avx512Vnni) &&
