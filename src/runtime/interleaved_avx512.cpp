@@ -66,6 +66,18 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
         w[t] = _mm512_and_si512(v, low);
         w[t + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       }
+    } else if constexpr (F::kFive) {
+      // The nibbles as Q4's, each byte's fifth bit t moved to bit 4 (lane shifts keep it in its byte).
+      const __m512i low = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
+      const __m512i h = _mm512_load_si512(p + 256);
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m512i v = _mm512_load_si512(p + 64 * t);
+        const __m512i h_lo = t < 4 ? _mm512_slli_epi32(h, 4 - t) : h;
+        const __m512i h_hi = t == 0 ? h : _mm512_srli_epi32(h, t);
+        w[t] = _mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(h_lo, bit4));
+        w[t + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_and_si512(h_hi, bit4));
+      }
     } else {
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) w[t] = _mm512_load_si512(p + 64 * t);

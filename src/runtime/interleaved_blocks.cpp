@@ -41,13 +41,17 @@ DType gguf_type(InterleavedKind k) {
     default: return DType::Q8_0;
   }
 }
-// Column c's 5-bit code of a Q5 block (qh: 32 high bits, then 16 bytes of nibbles: column c < 16 is
-// the low nibble of byte c, column 16 + c its high nibble).
-uint8_t q5_code(const uint8_t* qh_qs, int c) {
-  uint32_t qh;
-  std::memcpy(&qh, qh_qs, 4);
-  const uint8_t nib = c < 16 ? (qh_qs[4 + c] & 0x0f) : (qh_qs[4 + c - 16] >> 4);
-  return static_cast<uint8_t>(nib | (((qh >> c) & 1u) << 4));
+// A Q5 block's qh (bit c: column c's fifth bit) as the copy's word of fifth bits for one row:
+// byte e, bit t = bit 4t + e; and back.
+uint32_t fifth_bits(uint32_t qh) {
+  uint32_t out = 0;
+  for (int c = 0; c < 32; ++c) out |= ((qh >> c) & 1u) << (8 * (c % 4) + c / 4);
+  return out;
+}
+uint32_t qh_of(uint32_t fifth) {
+  uint32_t qh = 0;
+  for (int c = 0; c < 32; ++c) qh |= ((fifth >> (8 * (c % 4) + c / 4)) & 1u) << c;
+  return qh;
 }
 bool interleave_cpu_enabled() {
   static const bool on = [] {
@@ -90,9 +94,9 @@ std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, in
   b.k = k;
   b.blocks = k / kBlock;
   b.param_shift = param_shift;
-  const bool eight_bit = kind == InterleavedKind::Q8_0 || kind == InterleavedKind::Affine8 ||
-                         kind == InterleavedKind::Q5_0 || kind == InterleavedKind::Q5_1;
-  b.code_bytes = eight_bit ? 512 : 256;
+  const bool eight_bit = kind == InterleavedKind::Q8_0 || kind == InterleavedKind::Affine8;
+  const bool five_bit = kind == InterleavedKind::Q5_0 || kind == InterleavedKind::Q5_1;
+  b.code_bytes = eight_bit ? 512 : five_bit ? 320 : 256;
   b.scale_bytes = b.affine() ? 128 >> param_shift
                   : (kind == InterleavedKind::Q4_1 || kind == InterleavedKind::Q5_1) ? 64
                                                                                      : 32;
@@ -129,8 +133,12 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
           std::memcpy(&s[r], p, 2);
           if (mins) std::memcpy(&s[kRows + r], p + 2, 2);
           uint8_t* dst = codes + blk * b.code_bytes + r * 4;
-          if (q5) {
-            for (int c = 0; c < kBlock; ++c) dst[(c / 4) * 64 + c % 4] = q5_code(p + at, c);
+          if (q5) {  // qh, then the nibbles as Q4's
+            uint32_t qh;
+            std::memcpy(&qh, p + at, 4);
+            const uint32_t fifth = fifth_bits(qh);
+            std::memcpy(dst + 256, &fifth, 4);
+            for (int t = 0; t < 4; ++t) std::memcpy(dst + t * 64, p + at + 4 + 4 * t, 4);
             continue;
           }
           const uint32_t flip = q4 ? 0u : 0x80808080u;  // Q8_0: q_w + 128 in every byte
@@ -163,15 +171,11 @@ void deinterleave_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
     if (has_min(source)) std::memcpy(p + 2, &s[kRows + r], 2);
     const uint8_t* src = b.codes(g) + blk * b.code_bytes + r * 4;
     if (five_bit(source)) {  // back to qh and the nibbles
-      uint32_t qh = 0;
-      uint8_t* qs = p + at + 4;
-      std::memset(qs, 0, 16);
-      for (int c = 0; c < kBlock; ++c) {
-        const uint8_t code = src[(c / 4) * 64 + c % 4];
-        qh |= static_cast<uint32_t>(code >> 4) << c;
-        qs[c % 16] |= static_cast<uint8_t>((code & 0x0f) << (c < 16 ? 0 : 4));
-      }
+      uint32_t fifth;
+      std::memcpy(&fifth, src + 256, 4);
+      const uint32_t qh = qh_of(fifth);
       std::memcpy(p + at, &qh, 4);
+      for (int t = 0; t < 4; ++t) std::memcpy(p + at + 4 + 4 * t, src + t * 64, 4);
       continue;
     }
     for (int t = 0; t < (q4 ? 4 : 8); ++t)
@@ -193,7 +197,7 @@ int64_t interleaved_prefetch_ahead() {
 void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   const int64_t k = b.k;
   const InterleavedKind kind = b.kind;
-  const bool q4 = b.code_bytes == 256,
+  const bool q4 = b.code_bytes == 256, q5 = b.code_bytes == 320,
              mins = kind == InterleavedKind::Q4_1 || kind == InterleavedKind::Q5_1 || b.affine();
   // The stored code minus the model's q_w: Q4_0's nibble is q_w + 8, Q8_0's byte q_w + 128, Q5_0's
   // code q_w + 16.
@@ -210,7 +214,8 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
         int32_t s = 0;
         for (int c = 0; c < kBlock; ++c) {
           const int t = c / 4, e = c % 4;
-          const int32_t stored = q4 ? (t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4)) : w[t * 64 + e];
+          const int32_t nibble = t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4);
+          const int32_t stored = q4 ? nibble : q5 ? (nibble | (((w[256 + e] >> t) & 1) << 4)) : w[t * 64 + e];
           s += (stored - offset) * static_cast<int32_t>(x[c]);
         }
         float dw, mw = 0.0f;

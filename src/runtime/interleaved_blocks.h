@@ -43,9 +43,9 @@ const char* interleaved_kind_name(InterleavedKind k);
 //         is nibble − 8; mlx's LSB-first uint32 words are repacked into this order at copy time);
 //   Q8_0: 8 words; word t = columns 4t .. 4t + 3 as q_w + 128 (unsigned);
 //   Affine8: 8 words; word t = columns 4t .. 4t + 3, the unsigned codes as mlx stores them;
-//   Q5_0, Q5_1: 8 words; word t = columns 4t .. 4t + 3 as the unsigned 5-bit code, one per byte (the
-//         GGUF nibble with its qh bit; Q5_0's code is q_w + 16). A byte per 5-bit code streams more
-//         than the 5.5 or 6 stored bits, but runs on the 8-bit kernels that are 2x llama.cpp at prefill.
+//   Q5_0, Q5_1: the 5-bit code (Q5_0's is q_w + 16) as 4 nibble words, the GGUF qs bytes as for Q4,
+//         then one word of fifth bits: lane r's byte e, bit t = the qh bit of column 4t + e, so that
+//         word t's fifth bits are one shift and one mask away (5 bits a weight as stored, not 8).
 // then, after all blocks' codes,
 //   GGUF: per block the 16 rows' f16 scales d (32 bytes), for Q4_1 and Q5_1 followed by their f16 mins m
 //         (32 bytes);
@@ -56,7 +56,7 @@ struct InterleavedBlocks {
   InterleavedKind kind = InterleavedKind::Q8_0;
   int64_t n = 0, k = 0;
   int64_t blocks = 0;       // k / 32
-  int64_t code_bytes = 0;   // per block and group: 256 (4-bit) or 512 (8-bit)
+  int64_t code_bytes = 0;   // per block and group: 256 (4-bit), 320 (5-bit) or 512 (8-bit)
   int64_t scale_bytes = 0;  // per block and group: 32, or 64 with Q4_1's mins; affine: 128 >> param_shift
   int param_shift = 0;      // affine: log2(blocks per mlx group); 0 for GGUF
   int64_t group_bytes = 0;  // codes and scales of one group, a multiple of 64
@@ -127,8 +127,10 @@ template <InterleavedKind K>
 struct InterleavedFmt {
   static constexpr bool kAffine = K == InterleavedKind::Affine4 || K == InterleavedKind::Affine8;
   static constexpr bool kNibbles = K == InterleavedKind::Q4_0 || K == InterleavedKind::Q4_1 || K == InterleavedKind::Affine4;
+  // Nibble words plus a word of fifth bits; multiplied as 8-bit codes (0..31).
+  static constexpr bool kFive = K == InterleavedKind::Q5_0 || K == InterleavedKind::Q5_1;
   static constexpr bool kMin = K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1 || kAffine;
-  static constexpr int kCodeBytes = kNibbles ? 256 : 512;
+  static constexpr int kCodeBytes = kNibbles ? 256 : kFive ? 320 : 512;
   static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : 32;
   static constexpr int32_t kOffset = K == InterleavedKind::Q4_0   ? 8
                                      : K == InterleavedKind::Q8_0 ? 128
