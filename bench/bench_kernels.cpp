@@ -173,7 +173,7 @@ int register_matmul() {
       for (int64_t m : {16, 128})
         benchmark::RegisterBenchmark(("BM_MatmulPrefill/" + d + "/" + std::to_string(m) + "/" + shape).c_str(),
                                      BM_MatmulPrefill, dt, m, s[0], s[1])
-            ->ArgName("threads")->Arg(t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+            ->ArgName("threads")->Arg(1)->Arg(t)->UseRealTime()->Unit(benchmark::kMicrosecond);
     }
   }
   // GGUF block formats (the fused q8-activation kernels): decode, and 8 rows (a server step with

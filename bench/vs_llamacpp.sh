@@ -19,7 +19,8 @@
 #  4. Prints a Markdown table: medians with min–max over the rounds and graft / llama.cpp, plus the
 #     machine load before and after, and which graft kernels ran.
 # Environment: PYTHON (a Python with torch, transformers, peft, gguf, numpy, sentencepiece;
-# default python3), WORK (default /tmp/graft-vs-llamacpp), GRAFT (default build/graft),
+# default python3), WORK (default /tmp/graft-vs-llamacpp), GRAFT (default build/graft), VS_FILES (the files
+# to run, default "bf16 Q8_0 Q4_0 Q4_K_M"),
 # LLAMA_REPACK_PP (1 keeps llama.cpp's repacked/AMX weight buffers on where more than one token
 # goes through a quantized file at once: prompt processing, time to first token, the LoRA runs; in
 # this project's VMs its AMX path dies with SIGILL there, so the default is 0 = --repack 0 / -nr.
@@ -85,7 +86,7 @@ if [ ! -f "$M/lora.gguf" ]; then
   "$PYTHON" "$LLAMA_DIR/convert_lora_to_gguf.py" "$WORK/prep/peft_r16" --base "$BASE" --outtype f32 \
       --outfile "$M/lora.gguf" >/dev/null 2>&1
 fi
-FILES=(bf16 Q8_0 Q4_0 Q4_K_M)
+read -r -a FILES <<<"${VS_FILES:-bf16 Q8_0 Q4_0 Q4_K_M}"  # VS_FILES: a subset
 
 # A prompt of exactly 512 tokens for graft: token ids through graft's own tokenizer are not needed,
 # the text below is 512+ tokens and graft reports its count; the rate is per token either way.
