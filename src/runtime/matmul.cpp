@@ -72,7 +72,7 @@ void check_args(const char* who, const float* x, int64_t m, int64_t k, const Ten
 
 // Columns per parallel_for unit: a multiple of every kernel's tile width, so chunks cut on tile
 // boundaries (results do not depend on the cut; this only avoids narrow tail tiles).
-constexpr int64_t kColUnit = 8;
+constexpr int64_t kColUnit = 24;
 // Below this many multiply-adds per chunk the dispatch costs more than it saves.
 constexpr int64_t kMinChunkWork = 32 * 1024;
 

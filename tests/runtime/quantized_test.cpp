@@ -191,6 +191,26 @@ using test::prompt_logits;
 
 class QuantizedModel : public ::testing::TestWithParam<const char*> {};
 
+// The fixture model's adapter as the runtime's unfused set.
+std::shared_ptr<const LoraSet> fixture_lora_set(const model::LoadedModel& m, const std::string& dir) {
+  auto adapter = std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(dir + "/adapters"));
+  return make_lora_set(m.config, *m.source, {{adapter, 1.0f}});
+}
+
+// mlx-lm's logits without and with the adapter, and the suffix of the greedy keys that go with them:
+// F32-activation references for a bf16 checkpoint (mlx-lm runs it in bf16; *_f32act is graft's
+// arithmetic).
+struct MlxReferences {
+  std::shared_ptr<io::SafetensorsFile> base, lora;
+  std::string sfx;
+};
+MlxReferences mlx_references(const std::string& dir) {
+  const bool bf16 = fs::exists(dir + "/reference_f32act.safetensors");
+  return {io::SafetensorsFile::open(dir + (bf16 ? "/reference_f32act.safetensors" : "/reference.safetensors")),
+          io::SafetensorsFile::open(dir + (bf16 ? "/reference_lora_f32act.safetensors" : "/reference_lora.safetensors")),
+          bf16 ? "_f32act" : ""};
+}
+
 TEST_P(QuantizedModel, BaseAndUnfusedLoraMatchMlxLm) {
   const std::string dir = test::fixture(std::string("mlx_quant/models/") + GetParam());
   std::ifstream in(dir + "/reference.json");
@@ -198,13 +218,8 @@ TEST_P(QuantizedModel, BaseAndUnfusedLoraMatchMlxLm) {
   model::LoadedModel m = model::load_model(dir);
   ASSERT_TRUE(m.quantized);
   EXPECT_TRUE(m.weights.layers[0].q.quantized() && m.weights.embed.quantized());  // codes, not a dequantized copy
-  auto adapter = std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(dir + "/adapters"));
-  auto set = make_lora_set(m.config, *m.source, {{adapter, 1.0f}});
-  // F32-activation references (mlx-lm runs a bf16 checkpoint in bf16; *_f32act is graft's arithmetic).
-  const bool bf16 = fs::exists(dir + "/reference_f32act.safetensors");
-  auto base_ref = io::SafetensorsFile::open(dir + (bf16 ? "/reference_f32act.safetensors" : "/reference.safetensors"));
-  auto lora_ref = io::SafetensorsFile::open(dir + (bf16 ? "/reference_lora_f32act.safetensors" : "/reference_lora.safetensors"));
-  const std::string sfx = bf16 ? "_f32act" : "";
+  auto set = fixture_lora_set(m, dir);
+  const auto [base_ref, lora_ref, sfx] = mlx_references(dir);
   for (size_t p = 0; p < ref["prompts"].size(); ++p) {
     const auto& pr = ref["prompts"][p];
     const auto ids = pr["ids"].get<std::vector<int32_t>>();
@@ -239,12 +254,8 @@ TEST_P(QuantizedModel, InterleavedKernelsStayNearMlxLm) {
   ThreadPool prep(2);
   EXPECT_GT(prepare_weights(m.weights, prep), 0);
   EXPECT_NE(describe_kernels(m.weights).find("affine 4/8-bit rows interleaved x16"), std::string::npos);
-  auto adapter = std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(dir + "/adapters"));
-  auto set = make_lora_set(m.config, *m.source, {{adapter, 1.0f}});
-  const bool bf16 = fs::exists(dir + "/reference_f32act.safetensors");
-  auto base_ref = io::SafetensorsFile::open(dir + (bf16 ? "/reference_f32act.safetensors" : "/reference.safetensors"));
-  auto lora_ref = io::SafetensorsFile::open(dir + (bf16 ? "/reference_lora_f32act.safetensors" : "/reference_lora.safetensors"));
-  const std::string sfx = bf16 ? "_f32act" : "";
+  auto set = fixture_lora_set(m, dir);
+  const auto [base_ref, lora_ref, sfx] = mlx_references(dir);
   for (size_t p = 0; p < ref["prompts"].size(); ++p) {
     const auto& pr = ref["prompts"][p];
     const auto ids = pr["ids"].get<std::vector<int32_t>>();
