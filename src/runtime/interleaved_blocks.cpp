@@ -78,7 +78,8 @@ const char* interleaved_kind_name(InterleavedKind k) {
 }
 
 bool interleavable(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_0;
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_0 ||
+         t == DType::Q4_K;
 }
 
 bool interleave_enabled(DType t) { return interleave_cpu_enabled() && interleavable(t); }
@@ -112,8 +113,9 @@ std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, in
 }  // namespace detail
 
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool) {
+  if (w.dtype == DType::Q4_K) return interleave_q4_k(w, pool);  // an affine 4-bit copy
   if (!interleavable(w.dtype) || w.shape.size() != 2 || w.shape[1] % kBlock != 0)
-    fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weight with k a multiple of 32, got ",
+    fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K weight with k a multiple of 32, got ",
             dtype_name(w.dtype), " ", shape_str(w.shape));
   auto out = detail::allocate_interleaved(kind_of(w.dtype), w.shape[0], w.shape[1], 0);
   InterleavedBlocks& b = *out;

@@ -1,5 +1,5 @@
-// Internal to the runtime layer: GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights, and mlx-lm affine 4-bit / 8-bit weights,
-// copied at load into groups of 16 rows
+// Internal to the runtime layer: GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights, and mlx-lm affine 4-bit / 8-bit
+// weights, copied at load into groups of 16 rows
 // interleaved word by word (llama.cpp's "repack" idea), for the kernels that keep one output row per
 // vector lane: one vpdpbusd multiplies four columns of 16 weight rows by the same four activation
 // bytes (broadcast from memory), so a block of 32 columns × 16 rows is 8 integer instructions plus
@@ -12,7 +12,7 @@
 //   acc = fma(float(Σ_{c∈b} q_w[c]·q_x[c]), d_w[b]·d_x[b], acc)
 // and for Q4_1 and the affine formats (w = d_w·q_w + m_w, q_w the unsigned code) then
 //   acc = fma(m_w[b], d_x[b]·float(Σ_{c∈b} q_x[c]), acc).
-// For an affine matrix d_w[b] and m_w[b] are the scale and bias of the mlx group (32, 64 or 128
+// For an affine matrix (and a GGUF Q4_K one, copied as affine 4-bit: interleave_q4_k) d_w[b] and m_w[b] are the scale and bias of the mlx group (32, 64 or 128
 // columns) that holds block b, kept in F32: mlx stores them as BF16 or F32, and BF16 → F16 would
 // not be exact (range), BF16 → F32 is.
 // The integer block sums are exact; each product of two scales is rounded once; one F32 chain per
@@ -78,14 +78,18 @@ struct InterleavedBlocks {
 // Whether matmul runs interleaved copies of `t` weights on this CPU (the q8 kernel chosen is AVX2,
 // AVX-VNNI or AVX512-VNNI, and GRAFT_Q8_INTERLEAVE is not 0).
 bool interleave_enabled(DType t);
-bool interleavable(DType t);  // Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0
+bool interleavable(DType t);  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K
 // Whether matmul runs interleaved copies of mlx affine matrices (4 or 8 bits) on this CPU: the same
 // conditions. GRAFT_Q8_INTERLEAVE=0 keeps them on matmul_affine's F32 kernel (the reference path).
 bool interleave_enabled_affine();
 
-// The copy (rows split over the pool). w: [n, k] of an interleavable type.
+// The copy (rows split over the pool). w: [n, k] of an interleavable type; Q4_K goes to interleave_q4_k.
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool = nullptr);
-// Row j of the copy as the original GGUF blocks (tests: the layout round-trips).
+// The copy of a Q4_K matrix (interleaved_q4k.cpp; k a multiple of 256): an Affine4 copy with one F32
+// scale d·sc and bias −(dmin·m) per 32-column sub-block (param_shift 0), both exact in F32, so the
+// copy dequantizes to the GGUF Q4_K values bit for bit (read it back with deinterleave_affine_row).
+std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, ThreadPool* pool = nullptr);
+// Row j of the copy as the original GGUF blocks (tests: the layout round-trips). Not for Q4_K's copy.
 void deinterleave_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
 // The copy of an mlx affine matrix (interleaved_affine.cpp), and row j of it read back as mlx
 // stores it: cols·bits/32 packed uint32 words, cols/group_size scales and biases (F32).

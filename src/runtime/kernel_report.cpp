@@ -28,7 +28,7 @@ std::string describe_kernels(const model::ModelWeights& w) {
   s += " | kernels:";
   if (dense) s += std::string(" dense ") + matmul_isa();
   if (blocks) s += std::string(" gguf-blocks q8-activations ") + matmul_q8_kernel();
-  if (interleaved) s += " (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 rows interleaved x16)";
+  if (interleaved) s += " (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K rows interleaved x16)";
   if (affine_interleaved)
     s += std::string(" mlx-affine q8-activations ") + matmul_q8_kernel() + " (affine 4/8-bit rows interleaved x16)";
   if (affine) s += " mlx-affine avx2";

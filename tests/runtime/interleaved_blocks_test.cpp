@@ -1,7 +1,9 @@
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights: random
-// blocks on awkward shapes (one row, n not a multiple of 16, one block, k an odd number of blocks).
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights:
+// random blocks on awkward shapes (one row, n not a multiple of 16, one block, k an odd number of blocks).
 // Tolerances, and why:
-//   - the layout: every row read back from the copy equals the GGUF row byte for byte;
+//   - the layout: every row read back from the copy equals the GGUF row byte for byte; Q4_K's copy
+//     (affine 4-bit, scale d·sc and bias −dmin·m per 32 columns) dequantizes to the gguf dequantizer's
+//     F32 values bit for bit (both are (d·sc)·q − dmin·m with d·sc, dmin·m exact in F32);
 //   - the AVX2, AVX-VNNI and AVX512-VNNI kernels against the scalar block model (each where the CPU has it):
 //     exact (integer block sums are exact, also at the extreme codes where a naive maddubs would
 //     saturate; the F32 chain is the same operations in the same order);
@@ -14,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -66,9 +69,11 @@ TEST(InterleavedBlocks, EveryRowReadsBackAsTheGgufRow) {
 }
 
 TEST(InterleavedBlocks, RefusesOtherFormats) {
-  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q4_K, 2, 256, 1)), Error);
-  EXPECT_FALSE(interleavable(DType::Q4_K));
+  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q6_K, 2, 256, 1)), Error);
+  EXPECT_THROW(interleave_q4_k(random_blocks(DType::Q4_0, 2, 256, 1)), Error);
+  EXPECT_TRUE(interleavable(DType::Q4_K));
   EXPECT_FALSE(interleavable(DType::Q6_K));
+  EXPECT_FALSE(interleavable(DType::Q5_K));
   EXPECT_TRUE(interleavable(DType::Q5_0));
   EXPECT_TRUE(interleavable(DType::Q8_0));
 }
@@ -165,8 +170,8 @@ std::vector<float> run_matrix(const model::Matrix& w, const float* x, int64_t m,
 }
 
 TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
-  for (DType t : kTypes) {
-    const int64_t k = 576, n = 70, m = 60;  // m·k > 32k: quantized and packed over the pool
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K}) {
+    const int64_t k = 768, n = 70, m = 60;  // m·k > 32k: quantized and packed over the pool
     const model::Matrix w = interleaved_matrix(t, n, k, 23);
     const auto x = random_x(m, k, 29);
     const auto all = run_matrix(w, x.data(), m, 1);
@@ -179,18 +184,20 @@ TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
 }
 
 TEST(InterleavedBlocks, MatmulManyEqualsOneMatmulPerTarget) {
-  const int64_t k = 256, m = 3;  // Q4_K: whole super-blocks
+  const int64_t k = 256, m = 3;  // Q4_K / Q6_K: whole super-blocks
   const model::Matrix q = interleaved_matrix(DType::Q8_0, 48, k, 31);
   const model::Matrix kk = interleaved_matrix(DType::Q4_0, 20, k, 37);
-  const model::Matrix v = model::Matrix::of(random_blocks(DType::Q4_K, 24, k, 41));  // read as stored
+  const model::Matrix v = model::Matrix::of(random_blocks(DType::Q6_K, 24, k, 41));  // read as stored
+  const model::Matrix o = interleaved_matrix(DType::Q4_K, 17, k, 42);
   const auto x = random_x(m, k, 43);
   ThreadPool pool(2);
-  std::vector<float> yq(m * 48), yk(m * 20), yv(m * 24);
-  const MatmulTarget targets[] = {{&q, yq.data()}, {&kk, yk.data()}, {&v, yv.data()}};
+  std::vector<float> yq(m * 48), yk(m * 20), yv(m * 24), yo(m * 17);
+  const MatmulTarget targets[] = {{&q, yq.data()}, {&kk, yk.data()}, {&v, yv.data()}, {&o, yo.data()}};
   matmul_many(pool, x.data(), m, targets);
   EXPECT_EQ(yq, run_matrix(q, x.data(), m, 1));
   EXPECT_EQ(yk, run_matrix(kk, x.data(), m, 1));
   EXPECT_EQ(yv, run_matrix(v, x.data(), m, 1));
+  EXPECT_EQ(yo, run_matrix(o, x.data(), m, 1));
 }
 
 TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
@@ -202,11 +209,93 @@ TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
   EXPECT_EQ(bytes, q8.interleaved ? q8.interleaved->nbytes() : 0);
   EXPECT_EQ(prepare_matrix(q6k, pool), 0);
   EXPECT_EQ(q6k.interleaved, nullptr);
+  model::Matrix q4k = model::Matrix::of(random_blocks(DType::Q4_K, 16, 256, 54));
+  const int64_t q4k_bytes = prepare_matrix(q4k, pool);
+  EXPECT_EQ(q4k_bytes, q4k.interleaved ? q4k.interleaved->nbytes() : 0);
+  EXPECT_EQ(q4k.interleaved != nullptr, interleave_enabled(DType::Q4_K));
+  EXPECT_EQ(interleave_enabled(DType::Q4_K), interleave_enabled(DType::Q4_0));
   const Q8Kernel kernel = best_q8_kernel();
   EXPECT_EQ(interleave_enabled(DType::Q4_0), (kernel == Q8Kernel::Avx2 || kernel == Q8Kernel::AvxVnni ||
                                               kernel == Q8Kernel::Avx512Vnni) &&
                                                   !(std::getenv("GRAFT_Q8_INTERLEAVE") &&
                                                     std::string(std::getenv("GRAFT_Q8_INTERLEAVE")) == "0"));
+}
+
+// GGUF Q4_K, copied as affine 4-bit with one scale and bias per 32 columns (interleave_q4_k). Shapes:
+// k whole super-blocks; n one row, one group short or one row over, several groups.
+const Shape3 kShapesQ4K[] = {{1, 1, 256},   {2, 15, 512},  {3, 17, 768}, {8, 33, 256},
+                             {9, 17, 512},  {16, 15, 256}, {20, 33, 768}};
+
+// Row j of the copy dequantized (scale·q + bias per block of 32), as F32.
+std::vector<float> dequantized_copy_row(const InterleavedBlocks& b, int64_t j) {
+  std::vector<uint32_t> packed(static_cast<size_t>(b.k / 8));
+  std::vector<float> scales(static_cast<size_t>(b.blocks)), biases(scales.size()), row(static_cast<size_t>(b.k));
+  deinterleave_affine_row(b, j, packed.data(), scales.data(), biases.data());
+  for (int64_t c = 0; c < b.k; ++c) {
+    const uint32_t q = (packed[c / 8] >> (4 * (c % 8))) & 0x0f;
+    row[c] = scales[c / 32] * static_cast<float>(q) + biases[c / 32];
+  }
+  return row;
+}
+
+// Every code lowest (nibble 0) or highest (15) by column pattern, and sub-block scales and mins
+// at 63 (every packed scale bit set) in every other super-block.
+Tensor extreme_q4_k(int64_t n, int64_t k, uint32_t seed) {
+  Tensor w = random_blocks(DType::Q4_K, n, k, seed);
+  auto* bytes = static_cast<uint8_t*>(const_cast<void*>(w.data));
+  for (int64_t sb = 0; sb < n * k / 256; ++sb) {
+    uint8_t* p = bytes + sb * 144;
+    if (sb % 2 == 0) std::memset(p + 4, 0xff, 12);
+    for (int c = 0; c < 128; ++c) p[16 + c] = sb % 3 == 0 ? 0x00 : sb % 3 == 1 ? 0xff : (c % 2 ? 0x0f : 0xf0);
+  }
+  return w;
+}
+
+TEST(InterleavedQ4K, CopyDequantizesToTheGgufValuesBitForBit) {
+  for (uint32_t seed : {61u, 62u})
+    for (const auto& s : kShapesQ4K) {
+      const Tensor w = seed == 61 ? random_blocks(DType::Q4_K, s.n, s.k, seed) : extreme_q4_k(s.n, s.k, seed);
+      const auto b = interleave_q4_k(w);
+      EXPECT_EQ(b->kind, InterleavedKind::Affine4);
+      EXPECT_EQ(b->param_shift, 0);
+      EXPECT_EQ(b->groups(), (s.n + 15) / 16);
+      std::vector<float> ref(static_cast<size_t>(s.k));
+      const int64_t row_bytes = dtype_bytes(DType::Q4_K, s.k);
+      for (int64_t j = 0; j < s.n; ++j) {
+        dequantize_gguf_blocks(DType::Q4_K, static_cast<const uint8_t*>(w.data) + j * row_bytes, ref.data(), s.k);
+        const auto got = dequantized_copy_row(*b, j);
+        ASSERT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "row " << j << " of " << s.n << " k=" << s.k;
+      }
+    }
+}
+
+TEST_P(InterleavedKernel, Q4KEqualsTheBlockModel) {
+  for (const auto& s : kShapesQ4K) {
+    const auto x = random_x(s.m, s.k, 67);
+    for (const Tensor& w : {random_blocks(DType::Q4_K, s.n, s.k, 71), extreme_q4_k(s.n, s.k, 73)}) {
+      const auto b = interleave_q4_k(w);
+      EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
+          << "m=" << s.m << " n=" << s.n << " k=" << s.k;
+    }
+  }
+  // Activations at ±127 against the extreme codes (the pairs of a naive maddubs would add up).
+  const int64_t m = 3, n = 17, k = 512;
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : c % 2 ? 1.0f : -1.0f;
+  const auto b = interleave_q4_k(extreme_q4_k(n, k, 79));
+  EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar));
+}
+
+TEST(InterleavedQ4K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
+  double worst = 0;
+  for (const auto& s : kShapesQ4K) {
+    const Tensor w = random_blocks(DType::Q4_K, s.n, s.k, 83);
+    const auto x = random_x(s.m, s.k, 89);
+    const auto got = run(*interleave_q4_k(w), x.data(), s.m, Q8Kernel::Scalar);
+    worst = std::max(worst, check_activation_rounding(got, x, s.m, s.k, w, "Q4_K"));
+  }
+  EXPECT_GT(worst, 0.002);  // the bound is not vacuous
 }
 
 }  // namespace

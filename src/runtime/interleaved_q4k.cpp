@@ -1,0 +1,72 @@
+// GGUF Q4_K matrices copied into the interleaved layout of interleaved_blocks.h as an Affine4 copy
+// with one parameter record per block of 32 columns (param_shift 0), so that they run on the same
+// block-model kernels as mlx affine 4-bit and Q4_1 (no kernel of their own).
+//
+// Why this is exact: a Q4_K super-block (256 columns) dequantizes sub-block s (columns 32s ..
+// 32s + 31) as w = (d·sc[s])·q − dmin·m[s], q the unsigned nibble (low nibbles of qs[32(s/2) ..] for
+// even s, high nibbles for odd s). d and dmin are f16 (11-bit significands), sc and m 6-bit, so
+// d·sc and dmin·m are exact in F32: an affine block with scale d·sc and bias −(dmin·m) dequantizes
+// to the same F32 values, bit for bit (scale·q + (−b) is the same rounding as scale·q − b).
+#include <cstring>
+
+#include "graft/core/error.h"
+#include "graft/core/gguf_blocks.h"
+#include "runtime/interleaved_blocks.h"
+
+namespace graft::runtime {
+
+namespace {
+constexpr int64_t kRows = 16;
+constexpr int64_t kSuper = 256;       // columns of a Q4_K super-block
+constexpr int64_t kSuperBytes = 144;  // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes qs
+}  // namespace
+
+std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, ThreadPool* pool) {
+  if (w.dtype != DType::Q4_K || w.shape.size() != 2 || w.shape[1] % kSuper != 0)
+    fail_as(ErrorKind::kInternal, "interleave_q4_k: a [n, k] Q4_K weight with k a multiple of 256, got ",
+            dtype_name(w.dtype), " ", shape_str(w.shape));
+  auto out = detail::allocate_interleaved(InterleavedKind::Affine4, w.shape[0], w.shape[1], 0);
+  InterleavedBlocks& b = *out;
+  const int64_t supers = b.k / kSuper, row_bytes = supers * kSuperBytes;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  auto groups = [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      auto* codes = const_cast<uint8_t*>(b.codes(g));
+      auto* params = const_cast<float*>(b.params(g));
+      // (the mapping starts zeroed: rows past n keep zero codes, scale 0 and bias 0)
+      for (int64_t r = 0; r < kRows && g * kRows + r < b.n; ++r) {
+        const uint8_t* row = src + (g * kRows + r) * row_bytes;
+        for (int64_t sb = 0; sb < supers; ++sb) {
+          const uint8_t* p = row + sb * kSuperBytes;
+          uint16_t dh, mh;
+          std::memcpy(&dh, p, 2);
+          std::memcpy(&mh, p + 2, 2);
+          const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+          for (int s = 0; s < 8; ++s) {
+            const int64_t blk = sb * 8 + s;
+            uint8_t sc, m;
+            q4k_scale_min(p + 4, s, &sc, &m);
+            params[blk * 32 + r] = d * static_cast<float>(sc);
+            params[blk * 32 + kRows + r] = -(dmin * static_cast<float>(m));
+            // Sub-block s's nibble of column c: qs[32(s/2) + c], low for even s. The copy's word t,
+            // byte e holds column 4t + e in its low nibble and 16 + 4t + e in its high one.
+            const uint8_t* qs = p + 16 + 32 * (s / 2);
+            const int shift = 4 * (s % 2);
+            uint8_t* dst = codes + blk * b.code_bytes + r * 4;
+            for (int t = 0; t < 4; ++t)
+              for (int e = 0; e < 4; ++e)
+                dst[t * 64 + e] = static_cast<uint8_t>(((qs[4 * t + e] >> shift) & 0x0f) |
+                                                       ((qs[16 + 4 * t + e] >> shift) & 0x0f) << 4);
+          }
+        }
+      }
+    }
+  };
+  if (pool && b.groups() > 1)
+    pool->parallel_for(b.groups(), groups);
+  else
+    groups(0, b.groups());
+  return out;
+}
+
+}  // namespace graft::runtime
