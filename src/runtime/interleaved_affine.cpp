@@ -30,39 +30,32 @@ std::shared_ptr<const InterleavedBlocks> interleave_affine(const AffineQuantized
   InterleavedBlocks& b = *out;
   const int64_t words = w.cols * w.bits / 32, groups_per_row = w.cols / w.group_size;
   const auto* packed = static_cast<const uint32_t*>(w.packed.data);
-  auto groups = [&](int64_t g0, int64_t g1) {
-    std::vector<float> scales(static_cast<size_t>(groups_per_row)), biases(scales.size());
-    for (int64_t g = g0; g < g1; ++g) {
-      auto* codes = const_cast<uint8_t*>(b.codes(g));
-      auto* params = const_cast<float*>(b.params(g));
-      // (the mapping starts zeroed: rows past n keep zero codes, scale 0 and bias 0)
-      for (int64_t r = 0; r < kRows && g * kRows + r < b.n; ++r) {
-        const int64_t row = g * kRows + r;
-        const uint32_t* src = packed + row * words;
-        affine_row_params(w, row, scales.data(), biases.data());
-        for (int64_t p = 0; p < groups_per_row; ++p) {
-          params[p * 32 + r] = scales[static_cast<size_t>(p)];
-          params[p * 32 + kRows + r] = biases[static_cast<size_t>(p)];
-        }
-        for (int64_t blk = 0; blk < b.blocks; ++blk) {
-          uint8_t* dst = codes + blk * b.code_bytes + r * 4;
-          const int64_t c0 = blk * kBlock;
-          // 4-bit: GGUF's byte j = column j in the low nibble, column 16 + j in the high one, and
-          // word t = bytes 4t .. 4t + 3. 8-bit: word t = columns 4t .. 4t + 3 as stored.
-          for (int t = 0; t < (w.bits == 4 ? 4 : 8); ++t)
-            for (int e = 0; e < 4; ++e) {
-              const int64_t c = c0 + 4 * t + e;
-              dst[t * 64 + e] = static_cast<uint8_t>(
-                  w.bits == 4 ? code_at(src, 4, c) | code_at(src, 4, c + 16) << 4 : code_at(src, 8, c));
-            }
-        }
-      }
+  detail::fill_rows(b, pool, [&](int64_t g, int64_t r) {
+    thread_local std::vector<float> scales, biases;
+    scales.resize(static_cast<size_t>(groups_per_row));
+    biases.resize(scales.size());
+    auto* codes = const_cast<uint8_t*>(b.codes(g));
+    auto* params = const_cast<float*>(b.params(g));
+    const int64_t row = g * kRows + r;
+    const uint32_t* src = packed + row * words;
+    affine_row_params(w, row, scales.data(), biases.data());
+    for (int64_t p = 0; p < groups_per_row; ++p) {
+      params[p * 32 + r] = scales[static_cast<size_t>(p)];
+      params[p * 32 + kRows + r] = biases[static_cast<size_t>(p)];
     }
-  };
-  if (pool && b.groups() > 1)
-    pool->parallel_for(b.groups(), groups);
-  else
-    groups(0, b.groups());
+    for (int64_t blk = 0; blk < b.blocks; ++blk) {
+      uint8_t* dst = codes + blk * b.code_bytes + r * 4;
+      const int64_t c0 = blk * kBlock;
+      // 4-bit: GGUF's byte j = column j in the low nibble, column 16 + j in the high one, and
+      // word t = bytes 4t .. 4t + 3. 8-bit: word t = columns 4t .. 4t + 3 as stored.
+      for (int t = 0; t < (w.bits == 4 ? 4 : 8); ++t)
+        for (int e = 0; e < 4; ++e) {
+          const int64_t c = c0 + 4 * t + e;
+          dst[t * 64 + e] = static_cast<uint8_t>(
+              w.bits == 4 ? code_at(src, 4, c) | code_at(src, 4, c + 16) << 4 : code_at(src, 8, c));
+        }
+    }
+  });
   return out;
 }
 

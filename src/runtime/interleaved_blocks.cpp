@@ -122,42 +122,33 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
   const int64_t src_block = block_bytes(w.dtype), row_bytes = b.blocks * src_block, at = codes_at(w.dtype);
   const auto* src = static_cast<const uint8_t*>(w.data);
   const bool q4 = w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1, mins = has_min(w.dtype), q5 = five_bit(w.dtype);
-  auto groups = [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      auto* codes = const_cast<uint8_t*>(b.codes(g));
-      auto* scales = const_cast<uint16_t*>(b.scales(g));
-      // (the mapping starts zeroed: rows past n keep zero codes and scale 0)
-      for (int64_t r = 0; r < kRows && g * kRows + r < b.n; ++r) {
-        const uint8_t* row = src + (g * kRows + r) * row_bytes;
-        for (int64_t blk = 0; blk < b.blocks; ++blk) {
-          const uint8_t* p = row + blk * src_block;
-          uint16_t* s = scales + blk * b.scale_bytes / 2;
-          std::memcpy(&s[r], p, 2);
-          if (mins) std::memcpy(&s[kRows + r], p + 2, 2);
-          uint8_t* dst = codes + blk * b.code_bytes + r * 4;
-          if (q5) {  // qh, then the nibbles as Q4's
-            uint32_t qh;
-            std::memcpy(&qh, p + at, 4);
-            const uint32_t fifth = fifth_bits(qh);
-            std::memcpy(dst + 256, &fifth, 4);
-            for (int t = 0; t < 4; ++t) std::memcpy(dst + t * 64, p + at + 4 + 4 * t, 4);
-            continue;
-          }
-          const uint32_t flip = q4 ? 0u : 0x80808080u;  // Q8_0: q_w + 128 in every byte
-          for (int t = 0; t < (q4 ? 4 : 8); ++t) {
-            uint32_t word;
-            std::memcpy(&word, p + at + 4 * t, 4);
-            word ^= flip;
-            std::memcpy(dst + t * 64, &word, 4);
-          }
-        }
+  detail::fill_rows(b, pool, [&](int64_t g, int64_t r) {
+    auto* codes = const_cast<uint8_t*>(b.codes(g));
+    auto* scales = const_cast<uint16_t*>(b.scales(g));
+    const uint8_t* row = src + (g * kRows + r) * row_bytes;
+    for (int64_t blk = 0; blk < b.blocks; ++blk) {
+      const uint8_t* p = row + blk * src_block;
+      uint16_t* s = scales + blk * b.scale_bytes / 2;
+      std::memcpy(&s[r], p, 2);
+      if (mins) std::memcpy(&s[kRows + r], p + 2, 2);
+      uint8_t* dst = codes + blk * b.code_bytes + r * 4;
+      if (q5) {  // qh, then the nibbles as Q4's
+        uint32_t qh;
+        std::memcpy(&qh, p + at, 4);
+        const uint32_t fifth = fifth_bits(qh);
+        std::memcpy(dst + 256, &fifth, 4);
+        for (int t = 0; t < 4; ++t) std::memcpy(dst + t * 64, p + at + 4 + 4 * t, 4);
+        continue;
+      }
+      const uint32_t flip = q4 ? 0u : 0x80808080u;  // Q8_0: q_w + 128 in every byte
+      for (int t = 0; t < (q4 ? 4 : 8); ++t) {
+        uint32_t word;
+        std::memcpy(&word, p + at + 4 * t, 4);
+        word ^= flip;
+        std::memcpy(dst + t * 64, &word, 4);
       }
     }
-  };
-  if (pool && b.groups() > 1)
-    pool->parallel_for(b.groups(), groups);
-  else
-    groups(0, b.groups());
+  });
   return out;
 }
 

@@ -29,43 +29,34 @@ std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, Thread
   InterleavedBlocks& b = *out;
   const int64_t supers = b.k / kSuper, row_bytes = supers * kSuperBytes;
   const auto* src = static_cast<const uint8_t*>(w.data);
-  auto groups = [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      auto* codes = const_cast<uint8_t*>(b.codes(g));
-      auto* params = const_cast<float*>(b.params(g));
-      // (the mapping starts zeroed: rows past n keep zero codes, scale 0 and bias 0)
-      for (int64_t r = 0; r < kRows && g * kRows + r < b.n; ++r) {
-        const uint8_t* row = src + (g * kRows + r) * row_bytes;
-        for (int64_t sb = 0; sb < supers; ++sb) {
-          const uint8_t* p = row + sb * kSuperBytes;
-          uint16_t dh, mh;
-          std::memcpy(&dh, p, 2);
-          std::memcpy(&mh, p + 2, 2);
-          const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
-          for (int s = 0; s < 8; ++s) {
-            const int64_t blk = sb * 8 + s;
-            uint8_t sc, m;
-            q4k_scale_min(p + 4, s, &sc, &m);
-            params[blk * 32 + r] = d * static_cast<float>(sc);
-            params[blk * 32 + kRows + r] = -(dmin * static_cast<float>(m));
-            // Sub-block s's nibble of column c: qs[32(s/2) + c], low for even s. The copy's word t,
-            // byte e holds column 4t + e in its low nibble and 16 + 4t + e in its high one.
-            const uint8_t* qs = p + 16 + 32 * (s / 2);
-            const int shift = 4 * (s % 2);
-            uint8_t* dst = codes + blk * b.code_bytes + r * 4;
-            for (int t = 0; t < 4; ++t)
-              for (int e = 0; e < 4; ++e)
-                dst[t * 64 + e] = static_cast<uint8_t>(((qs[4 * t + e] >> shift) & 0x0f) |
-                                                       ((qs[16 + 4 * t + e] >> shift) & 0x0f) << 4);
-          }
-        }
+  detail::fill_rows(b, pool, [&](int64_t g, int64_t r) {
+    auto* codes = const_cast<uint8_t*>(b.codes(g));
+    auto* params = const_cast<float*>(b.params(g));
+    const uint8_t* row = src + (g * kRows + r) * row_bytes;
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      const uint8_t* p = row + sb * kSuperBytes;
+      uint16_t dh, mh;
+      std::memcpy(&dh, p, 2);
+      std::memcpy(&mh, p + 2, 2);
+      const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+      for (int s = 0; s < 8; ++s) {
+        const int64_t blk = sb * 8 + s;
+        uint8_t sc, m;
+        q4k_scale_min(p + 4, s, &sc, &m);
+        params[blk * 32 + r] = d * static_cast<float>(sc);
+        params[blk * 32 + kRows + r] = -(dmin * static_cast<float>(m));
+        // Sub-block s's nibble of column c: qs[32(s/2) + c], low for even s. The copy's word t,
+        // byte e holds column 4t + e in its low nibble and 16 + 4t + e in its high one.
+        const uint8_t* qs = p + 16 + 32 * (s / 2);
+        const int shift = 4 * (s % 2);
+        uint8_t* dst = codes + blk * b.code_bytes + r * 4;
+        for (int t = 0; t < 4; ++t)
+          for (int e = 0; e < 4; ++e)
+            dst[t * 64 + e] = static_cast<uint8_t>(((qs[4 * t + e] >> shift) & 0x0f) |
+                                                   ((qs[16 + 4 * t + e] >> shift) & 0x0f) << 4);
       }
     }
-  };
-  if (pool && b.groups() > 1)
-    pool->parallel_for(b.groups(), groups);
-  else
-    groups(0, b.groups());
+  });
   return out;
 }
 

@@ -182,13 +182,6 @@ model::Matrix affine_matrix(const Case& c, uint32_t seed, ThreadPool& pool) {
   return m;
 }
 
-std::vector<float> run_matrix(const model::Matrix& w, const float* x, int64_t m, int threads) {
-  ThreadPool pool(threads);
-  std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
-  matmul(pool, x, m, w, y.data());
-  return y;
-}
-
 TEST(InterleavedAffine, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
   ThreadPool prep(2);
   for (int bits : {4, 8}) {

@@ -162,13 +162,6 @@ model::Matrix interleaved_matrix(DType t, int64_t n, int64_t k, uint32_t seed) {
   return m;
 }
 
-std::vector<float> run_matrix(const model::Matrix& w, const float* x, int64_t m, int threads) {
-  ThreadPool pool(threads);
-  std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
-  matmul(pool, x, m, w, y.data());
-  return y;
-}
-
 TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K}) {
     const int64_t k = 768, n = 70, m = 60;  // m·k > 32k: quantized and packed over the pool

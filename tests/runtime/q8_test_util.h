@@ -11,7 +11,9 @@
 
 #include "graft/core/gguf_blocks.h"
 #include "graft/core/tensor.h"
+#include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
+#include "graft/runtime/thread_pool.h"
 
 namespace graft::runtime::detail {
 
@@ -76,6 +78,14 @@ inline double check_activation_rounding(const std::vector<float>& got, const std
       worst = std::max(worst, err / bound);
     }
   return worst;
+}
+
+// y = x · wᵀ through the public entry point on a prepared matrix, as a model runs it.
+inline std::vector<float> run_matrix(const model::Matrix& w, const float* x, int64_t m, int threads) {
+  ThreadPool pool(threads);
+  std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
+  matmul(pool, x, m, w, y.data());
+  return y;
 }
 
 }  // namespace graft::runtime::detail
