@@ -11,7 +11,7 @@ LAUNCHER := $(shell command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LA
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev \
-                libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev \
+                libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev zlib1g-dev \
                 python3 python3-pip python3-venv
 
 .PHONY: all deps build asan models pyenv demo test test-fast bench clean fuzz

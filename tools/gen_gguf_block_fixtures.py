@@ -4,7 +4,9 @@ dequantization next to it, for tests/core/gguf_blocks_test.cpp (bit-for-bit comp
 
 For each format T the file holds
   T        [2, 512] blocks of format T, and
-  T.ref    [2, 512] F32: gguf.quants.dequantize(T) of those exact bytes (the reference).
+  T.ref    [2, 512] F32: gguf.quants.dequantize(T) of those exact bytes (the reference), and
+  T.src    [2, 512] F32: for the formats gguf-py quantizes, the data it quantized (for
+           tests/core/gguf_quantize_test.cpp: graft's quantizers must write T's bytes from it).
 Formats gguf-py can quantize (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) are quantized by gguf.quants.quantize
 from normal data with an all-zero block, a constant block and a block with one large outlier.
 The K-quants and IQ4 formats have no quantizer in gguf-py (llama.cpp's C code only), so their blocks
@@ -60,6 +62,8 @@ def main() -> int:
         assert ref.shape == (ROWS, COLS) and ref.dtype == np.float32 and np.isfinite(ref).all()
         w.add_tensor(qt.name, raw, raw_shape=raw.shape, raw_dtype=qt)
         w.add_tensor(qt.name + ".ref", ref)
+        if qt in QUANTIZABLE:
+            w.add_tensor(qt.name + ".src", x)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

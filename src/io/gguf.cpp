@@ -220,6 +220,13 @@ std::string ggml_type_name(uint32_t t) {
   return t < n ? kGgmlTypeNames[t] : "";
 }
 
+std::optional<uint32_t> ggml_type_id(DType t) {
+  constexpr uint32_t n = sizeof(kGgmlTypeNames) / sizeof(kGgmlTypeNames[0]);
+  for (uint32_t id = 0; id < n; ++id)
+    if (dtype_from_ggml(id) == t) return id;
+  return std::nullopt;
+}
+
 namespace {
 
 struct GgufData {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <type_traits>
 
 #include "graft/core/error.h"
 
@@ -29,19 +30,63 @@ struct Sink {
 };
 
 uint32_t ggml_type_of(const GgufWriteTensor& t) {
-  switch (t.tensor.dtype) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::BF16: return 30;
-    default: break;
-  }
+  if (const std::optional<uint32_t> id = ggml_type_id(t.tensor.dtype)) return *id;
   fail_as(ErrorKind::kUnsupported, "GGUF writer: tensor '", t.name, "' has dtype ", dtype_name(t.tensor.dtype),
-          "; only F32, F16 and BF16 are written");
+          ", which GGUF has no type id for");
+}
+
+void put_scalar(Sink& h, GgufType type, const std::variant<int64_t, uint64_t, double, bool, std::string>& v) {
+  const auto u = [&] { return std::holds_alternative<uint64_t>(v) ? std::get<uint64_t>(v) : static_cast<uint64_t>(std::get<int64_t>(v)); };
+  switch (type) {
+    case GgufType::UINT8: case GgufType::INT8: h.put(static_cast<uint8_t>(u())); return;
+    case GgufType::UINT16: case GgufType::INT16: h.put(static_cast<uint16_t>(u())); return;
+    case GgufType::UINT32: case GgufType::INT32: h.put(static_cast<uint32_t>(u())); return;
+    case GgufType::UINT64: case GgufType::INT64: h.put(u()); return;
+    case GgufType::FLOAT32: h.put(static_cast<float>(std::get<double>(v))); return;  // read from a float: exact
+    case GgufType::FLOAT64: h.put(std::get<double>(v)); return;
+    case GgufType::BOOL: h.put(static_cast<uint8_t>(std::get<bool>(v))); return;
+    case GgufType::STRING: h.str(std::get<std::string>(v)); return;
+    case GgufType::ARRAY: break;
+  }
+  fail_as(ErrorKind::kInternal, "GGUF writer: a nested array or unknown value type ", static_cast<uint32_t>(type));
+}
+
+void put_value(Sink& h, const GgufValue& v) {
+  h.put(static_cast<uint32_t>(v.type));
+  if (v.type != GgufType::ARRAY) {
+    std::visit([&](const auto& x) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, GgufValue::Array>)
+        fail_as(ErrorKind::kInternal, "GGUF writer: an array value not typed ARRAY");
+      else
+        put_scalar(h, v.type, x);
+    }, v.value);
+    return;
+  }
+  const auto& arr = std::get<GgufValue::Array>(v.value);
+  h.put(static_cast<uint32_t>(v.elem_type));
+  h.put<uint64_t>(arr.size());
+  for (const auto& e : arr) put_scalar(h, v.elem_type, e);
+}
+
+void put_value(Sink& h, const GgufWriteValue& value) {
+  if (const auto* s = std::get_if<std::string>(&value)) {
+    h.put<uint32_t>(8);
+    h.str(*s);
+  } else if (const auto* f = std::get_if<float>(&value)) {
+    h.put<uint32_t>(6);
+    h.put(*f);
+  } else {
+    h.put<uint32_t>(4);
+    h.put(std::get<uint32_t>(value));
+  }
 }
 
 }  // namespace
 
-void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufWriteValue>>& metadata,
+namespace {
+
+template <typename Value>
+void write_file(const std::string& path, const std::vector<std::pair<std::string, Value>>& metadata,
                 const std::vector<GgufWriteTensor>& tensors) {
   Sink h;
   h.b.append("GGUF");
@@ -50,23 +95,16 @@ void write_gguf(const std::string& path, const std::vector<std::pair<std::string
   h.put<uint64_t>(metadata.size());
   for (const auto& [key, value] : metadata) {
     h.str(key);
-    if (const auto* s = std::get_if<std::string>(&value)) {
-      h.put<uint32_t>(8);
-      h.str(*s);
-    } else if (const auto* f = std::get_if<float>(&value)) {
-      h.put<uint32_t>(6);
-      h.put(*f);
-    } else {
-      h.put<uint32_t>(4);
-      h.put(std::get<uint32_t>(value));
-    }
+    put_value(h, value);
   }
+  std::vector<uint32_t> types;  // checked before anything is written
+  for (const auto& t : tensors) types.push_back(ggml_type_of(t));
   uint64_t offset = 0;
   for (const auto& t : tensors) {
     h.str(t.name);
     h.put<uint32_t>(static_cast<uint32_t>(t.tensor.shape.size()));
     for (auto it = t.tensor.shape.rbegin(); it != t.tensor.shape.rend(); ++it) h.put<uint64_t>(static_cast<uint64_t>(*it));
-    h.put<uint32_t>(ggml_type_of(t));
+    h.put<uint32_t>(types[&t - tensors.data()]);
     h.put<uint64_t>(offset);
     offset += (static_cast<uint64_t>(t.tensor.nbytes()) + kAlignment - 1) / kAlignment * kAlignment;
   }
@@ -95,6 +133,18 @@ void write_gguf(const std::string& path, const std::vector<std::pair<std::string
     std::remove(tmp.c_str());
     fail_as(ErrorKind::kIo, "'", path, "': cannot rename the written file into place (", ec.message(), ")");
   }
+}
+
+}  // namespace
+
+void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufWriteValue>>& metadata,
+                const std::vector<GgufWriteTensor>& tensors) {
+  write_file(path, metadata, tensors);
+}
+
+void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
+                const std::vector<GgufWriteTensor>& tensors) {
+  write_file(path, metadata, tensors);
 }
 
 }  // namespace graft::io

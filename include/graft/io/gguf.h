@@ -23,6 +23,9 @@ enum class GgufType : uint32_t {
 std::string gguf_type_name(GgufType t);
 // GGML tensor type name for a GGML type id ("Q4_K", "F32", ...), or "" if the id is unknown.
 std::string ggml_type_name(uint32_t ggml_type);
+// The GGML type id graft writes for a dtype (F32 0, Q4_K 12, BF16 30, ...), or nullopt for one GGUF
+// has no id for (U8, U32).
+std::optional<uint32_t> ggml_type_id(DType t);
 
 // One metadata value. Arrays hold scalars or strings (nested arrays are refused).
 // Signed integers are held as int64_t, unsigned as uint64_t, floats as double.

@@ -1,5 +1,7 @@
-// A small GGUF v3 writer: string / float32 / uint32 metadata and dense tensors (F32, F16, BF16),
-// 32-byte aligned as llama.cpp's gguf writer lays them out. Used to write llama.cpp LoRA adapters.
+// A small GGUF v3 writer: metadata and tensors of every dtype GGUF has an id for (dense and the
+// block formats, whose bytes are written as they are), 32-byte aligned as llama.cpp's gguf writer
+// lays them out. Used to write llama.cpp LoRA adapters (string / float32 / uint32 metadata) and to
+// rewrite a model file with other tensor types (metadata copied as GgufFile read it).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "graft/core/tensor.h"
+#include "graft/io/gguf.h"
 
 namespace graft::io {
 
@@ -21,6 +24,10 @@ struct GgufWriteTensor {
 // Writes `path` atomically (a temporary file beside it, renamed into place; removed on failure).
 // Metadata keys are written in the given order; tensors in the given order.
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufWriteValue>>& metadata,
+                const std::vector<GgufWriteTensor>& tensors);
+// The same with metadata of any GGUF value type (GgufFile::metadata()'s values: each is written with
+// its stored type, arrays with their element type).
+void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
                 const std::vector<GgufWriteTensor>& tensors);
 
 }  // namespace graft::io
