@@ -82,34 +82,32 @@ void q5_0(const float* x, uint8_t* b) {
   std::memcpy(b + 2, &qh, 4);
 }
 
-// Q4_1 and Q5_1: an offset (the block's min) and (max − min) / (2^bits − 1).
-void min_scale(const float* x, int levels, float* d, float* min) {
+// Q4_1 and Q5_1 header: the block's min and d = (max − min) / levels as f16 at b, b + 2. Returns
+// 1 / d (0 for a constant block) and the min through *min.
+float put_min_header(const float* x, int levels, uint8_t* b, float* min) {
   float lo = FLT_MAX, hi = -FLT_MAX;
   for (int j = 0; j < 32; ++j) {
     if (x[j] < lo) lo = x[j];
     if (x[j] > hi) hi = x[j];
   }
+  const float d = (hi - lo) / static_cast<float>(levels);
+  put_f16(b, d);
+  put_f16(b + 2, lo);
   *min = lo;
-  *d = (hi - lo) / static_cast<float>(levels);
+  return d != 0.0f ? 1.0f / d : 0.0f;
 }
 
 void q4_1(const float* x, uint8_t* b) {
-  float d, min;
-  min_scale(x, 15, &d, &min);
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  put_f16(b, d);
-  put_f16(b + 2, min);
+  float min;
+  const float id = put_min_header(x, 15, b, &min);
   for (int j = 0; j < 16; ++j)
     b[4 + j] = static_cast<uint8_t>(truncated_code((x[j] - min) * id + 0.5f, 15) |
                                     truncated_code((x[16 + j] - min) * id + 0.5f, 15) << 4);
 }
 
 void q5_1(const float* x, uint8_t* b) {
-  float d, min;
-  min_scale(x, 31, &d, &min);
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  put_f16(b, d);
-  put_f16(b + 2, min);
+  float min;
+  const float id = put_min_header(x, 31, b, &min);
   uint32_t qh = 0;
   for (int j = 0; j < 16; ++j) {
     // ggml casts straight to uint8_t here (no cap): (x − min)·id ≤ 31 + rounding.
