@@ -35,40 +35,59 @@ uint32_t ggml_type_of(const GgufWriteTensor& t) {
           ", which GGUF has no type id for");
 }
 
-void put_scalar(Sink& h, GgufType type, const std::variant<int64_t, uint64_t, double, bool, std::string>& v) {
-  const auto u = [&] { return std::holds_alternative<uint64_t>(v) ? std::get<uint64_t>(v) : static_cast<uint64_t>(std::get<int64_t>(v)); };
+// One scalar of the stored type `type`. The value's variant must be the one GgufFile reads that
+// type into (unsigned -> uint64_t, signed -> int64_t, floats -> double); a mismatch is refused.
+void put_scalar(Sink& h, const std::string& key, GgufType type,
+                const std::variant<int64_t, uint64_t, double, bool, std::string>& v) {
+  const auto want = [&](auto tag) {
+    using T = decltype(tag);
+    if (!std::holds_alternative<T>(v))
+      fail_as(ErrorKind::kBadRequest, "GGUF writer: metadata '", key, "' is typed ", gguf_type_name(type),
+              " but holds another kind of value");
+    return std::get<T>(v);
+  };
   switch (type) {
-    case GgufType::UINT8: case GgufType::INT8: h.put(static_cast<uint8_t>(u())); return;
-    case GgufType::UINT16: case GgufType::INT16: h.put(static_cast<uint16_t>(u())); return;
-    case GgufType::UINT32: case GgufType::INT32: h.put(static_cast<uint32_t>(u())); return;
-    case GgufType::UINT64: case GgufType::INT64: h.put(u()); return;
-    case GgufType::FLOAT32: h.put(static_cast<float>(std::get<double>(v))); return;  // read from a float: exact
-    case GgufType::FLOAT64: h.put(std::get<double>(v)); return;
-    case GgufType::BOOL: h.put(static_cast<uint8_t>(std::get<bool>(v))); return;
-    case GgufType::STRING: h.str(std::get<std::string>(v)); return;
+    case GgufType::UINT8: h.put(static_cast<uint8_t>(want(uint64_t{}))); return;
+    case GgufType::INT8: h.put(static_cast<int8_t>(want(int64_t{}))); return;
+    case GgufType::UINT16: h.put(static_cast<uint16_t>(want(uint64_t{}))); return;
+    case GgufType::INT16: h.put(static_cast<int16_t>(want(int64_t{}))); return;
+    case GgufType::UINT32: h.put(static_cast<uint32_t>(want(uint64_t{}))); return;
+    case GgufType::INT32: h.put(static_cast<int32_t>(want(int64_t{}))); return;
+    case GgufType::UINT64: h.put(want(uint64_t{})); return;
+    case GgufType::INT64: h.put(want(int64_t{})); return;
+    case GgufType::FLOAT32: h.put(static_cast<float>(want(double{}))); return;  // read from a float: exact
+    case GgufType::FLOAT64: h.put(want(double{})); return;
+    case GgufType::BOOL: h.put(static_cast<uint8_t>(want(bool{}))); return;
+    case GgufType::STRING: h.str(want(std::string{})); return;
     case GgufType::ARRAY: break;
   }
-  fail_as(ErrorKind::kInternal, "GGUF writer: a nested array or unknown value type ", static_cast<uint32_t>(type));
+  fail_as(ErrorKind::kBadRequest, "GGUF writer: metadata '", key, "': a nested array or unknown value type ",
+          static_cast<uint32_t>(type));
 }
 
-void put_value(Sink& h, const GgufValue& v) {
+void put_value(Sink& h, const std::string& key, const GgufValue& v) {
+  // The writer lays tensors out at 32 bytes; a copied general.alignment must agree.
+  if (key == "general.alignment" && (v.type != GgufType::UINT32 || !std::holds_alternative<uint64_t>(v.value) ||
+                                     std::get<uint64_t>(v.value) != kAlignment))
+    fail_as(ErrorKind::kBadRequest, "GGUF writer: general.alignment must be uint32 32 (the layout written)");
   h.put(static_cast<uint32_t>(v.type));
   if (v.type != GgufType::ARRAY) {
     std::visit([&](const auto& x) {
       if constexpr (std::is_same_v<std::decay_t<decltype(x)>, GgufValue::Array>)
-        fail_as(ErrorKind::kInternal, "GGUF writer: an array value not typed ARRAY");
+        fail_as(ErrorKind::kBadRequest, "GGUF writer: metadata '", key, "' holds an array but is typed ",
+                gguf_type_name(v.type));
       else
-        put_scalar(h, v.type, x);
+        put_scalar(h, key, v.type, x);
     }, v.value);
     return;
   }
   const auto& arr = std::get<GgufValue::Array>(v.value);
   h.put(static_cast<uint32_t>(v.elem_type));
   h.put<uint64_t>(arr.size());
-  for (const auto& e : arr) put_scalar(h, v.elem_type, e);
+  for (const auto& e : arr) put_scalar(h, key, v.elem_type, e);
 }
 
-void put_value(Sink& h, const GgufWriteValue& value) {
+void put_value(Sink& h, const std::string&, const GgufWriteValue& value) {
   if (const auto* s = std::get_if<std::string>(&value)) {
     h.put<uint32_t>(8);
     h.str(*s);
@@ -95,7 +114,7 @@ void write_file(const std::string& path, const std::vector<std::pair<std::string
   h.put<uint64_t>(metadata.size());
   for (const auto& [key, value] : metadata) {
     h.str(key);
-    put_value(h, value);
+    put_value(h, key, value);
   }
   std::vector<uint32_t> types;  // checked before anything is written
   for (const auto& t : tensors) types.push_back(ggml_type_of(t));

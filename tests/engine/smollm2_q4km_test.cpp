@@ -97,7 +97,7 @@ std::string write_requantized(const json& ref, const fs::path& dir) {
   std::vector<std::pair<std::string, io::GgufValue>> metadata;
   for (const auto& [key, value] : src->metadata())
     if (key != "general.alignment") metadata.emplace_back(key, value);
-  for (auto& [key, value] : metadata)
+  for (auto& [key, value] : metadata)  // general.file_type, general.quantization_version: uint32
     if (ref["metadata"].contains(key)) value.value = ref["metadata"][key].get<uint64_t>();
   const std::string path = (dir / "SmolLM2-135M-Instruct.Q4_K_M.gguf").string();
   io::write_gguf(path, metadata, tensors);

@@ -62,5 +62,26 @@ TEST(GgufWriter, RefusesADtypeGgufCannotStoreAndWritesNothing) {
   EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
 }
 
+TEST(GgufWriter, RefusesMetadataItCannotWriteFaithfully) {
+  const fs::path path = fs::temp_directory_path() / ("graft_writer_meta_" + std::to_string(::getpid()) + ".gguf");
+  GgufValue mismatched;  // typed float32, holding an integer
+  mismatched.type = GgufType::FLOAT32;
+  mismatched.value = uint64_t{3};
+  GgufValue alignment;  // the writer lays tensors out at 32 bytes
+  alignment.type = GgufType::UINT32;
+  alignment.value = uint64_t{64};
+  for (const auto& [key, value] : {std::pair{std::string("test.scale"), mismatched},
+                                   std::pair{std::string("general.alignment"), alignment}}) {
+    try {
+      write_gguf(path.string(), {{key, value}}, {});
+      ADD_FAILURE() << key << " was written";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadRequest) << key;
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(path)) << key;
+  }
+}
+
 }  // namespace
 }  // namespace graft::io
