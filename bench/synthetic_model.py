@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""A random Llama-family checkpoint of a chosen size, and a random PEFT LoRA for it, for speed
+measurements on model shapes no downloadable model here has (decode cost is set by shapes and
+bytes, not by what the weights say). Not a test fixture; nothing here is committed output.
+
+    python3 bench/synthetic_model.py OUT_DIR [--hidden 2048 --intermediate 5632 --layers 22
+        --heads 32 --kv-heads 4 --rank 16] --tokenizer-from HF_DIR
+
+Writes OUT_DIR/base (config.json, model.safetensors in BF16, the tokenizer files copied from
+HF_DIR, whose vocabulary sets vocab_size) and OUT_DIR/lora (adapter_config.json and
+adapter_model.safetensors: F32 factors of the given rank on q, k, v, o, gate, up and down of every
+layer, B non-zero). Defaults: TinyLlama-1.1B's shapes. Needs numpy and safetensors.
+"""
+import argparse
+import json
+import os
+import shutil
+
+import numpy as np
+from safetensors.numpy import save_file
+
+
+def bf16(a):
+    """float32 array -> bfloat16 bits (round to nearest even) as uint16, viewed by safetensors as BF16."""
+    u = a.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--tokenizer-from", required=True)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--intermediate", type=int, default=5632)
+    ap.add_argument("--layers", type=int, default=22)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--rank", type=int, default=16)
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    tok = json.load(open(os.path.join(a.tokenizer_from, "tokenizer.json")))
+    vocab = max(list(tok["model"]["vocab"].values()) + [t["id"] for t in tok.get("added_tokens", [])]) + 1
+    head_dim = a.hidden // a.heads
+    base = os.path.join(a.out, "base")
+    os.makedirs(base, exist_ok=True)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if os.path.exists(os.path.join(a.tokenizer_from, f)):
+            shutil.copy(os.path.join(a.tokenizer_from, f), base)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": a.hidden,
+           "intermediate_size": a.intermediate, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
+           "num_key_value_heads": a.kv_heads, "head_dim": head_dim, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "max_position_embeddings": 2048, "vocab_size": vocab, "tie_word_embeddings": True,
+           "hidden_act": "silu", "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2}
+    json.dump(cfg, open(os.path.join(base, "config.json"), "w"), indent=1)
+    shapes = {"self_attn.q_proj": (a.heads * head_dim, a.hidden), "self_attn.k_proj": (a.kv_heads * head_dim, a.hidden),
+              "self_attn.v_proj": (a.kv_heads * head_dim, a.hidden), "self_attn.o_proj": (a.hidden, a.heads * head_dim),
+              "mlp.gate_proj": (a.intermediate, a.hidden), "mlp.up_proj": (a.intermediate, a.hidden),
+              "mlp.down_proj": (a.hidden, a.intermediate)}
+    w = {"model.embed_tokens.weight": bf16(rng.standard_normal((vocab, a.hidden), np.float32) * 0.02),
+         "model.norm.weight": bf16(np.ones(a.hidden, np.float32))}
+    lora = {}
+    for i in range(a.layers):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = bf16(np.ones(a.hidden, np.float32))
+        w[p + "post_attention_layernorm.weight"] = bf16(np.ones(a.hidden, np.float32))
+        for name, (rows, cols) in shapes.items():
+            w[p + name + ".weight"] = bf16(rng.standard_normal((rows, cols), np.float32) * 0.02)
+            lp = "base_model.model." + p + name
+            lora[lp + ".lora_A.weight"] = rng.standard_normal((a.rank, cols), np.float32) * 0.01
+            lora[lp + ".lora_B.weight"] = rng.standard_normal((rows, a.rank), np.float32) * 0.01
+    # safetensors.numpy has no bfloat16: write uint16 bits, then rewrite the header with dtype BF16
+    # (data offsets are relative to the end of the header, so the data is copied unchanged).
+    path = os.path.join(base, "model.safetensors")
+    save_file(w, path + ".u16")
+    with open(path + ".u16", "rb") as src, open(path, "wb") as dst:
+        n = int.from_bytes(src.read(8), "little")
+        header = src.read(n).rstrip(b" ").replace(b'"dtype":"U16"', b'"dtype":"BF16"')
+        header += b" " * (-len(header) % 8)
+        dst.write(len(header).to_bytes(8, "little") + header)
+        shutil.copyfileobj(src, dst, 1 << 24)
+    os.remove(path + ".u16")
+    ldir = os.path.join(a.out, "lora")
+    os.makedirs(ldir, exist_ok=True)
+    save_file(lora, os.path.join(ldir, "adapter_model.safetensors"))
+    json.dump({"peft_type": "LORA", "r": a.rank, "lora_alpha": 2 * a.rank, "base_model_name_or_path": base,
+               "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+               "bias": "none", "fan_in_fan_out": False, "task_type": "CAUSAL_LM", "use_rslora": False,
+               "use_dora": False, "modules_to_save": None},
+              open(os.path.join(ldir, "adapter_config.json"), "w"), indent=1)
+    params = sum(np.prod(v.shape) for v in w.values())
+    print(f"wrote {base} ({params / 1e9:.2f} B parameters, vocab {vocab}) and {ldir} "
+          f"({sum(v.nbytes for v in lora.values()) / 1e6:.1f} MB of F32 factors)")
+
+
+if __name__ == "__main__":
+    main()
