@@ -8,7 +8,7 @@ same workload runs against llama-server (which serializes requests with differen
 the ratios are printed. Engines are interleaved round by round; medians with min-max.
 
 Usage: bench/bench_serve.py [--graft build/graft] [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
-       [--rounds 3] [--tokens 128] [--threads 2] [--llama-server PATH --peer-model GGUF --peer-lora GGUF]
+       [--rounds 3] [--tokens 128] [--threads 2] [--graft-args "--q-bits 4"] [--llama-server PATH --peer-model GGUF --peer-lora GGUF]
 Needs: requests (the project's .venv has it).
 """
 import argparse
@@ -118,6 +118,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--graft-args", default="", help="more `graft serve` options, e.g. \"--q-bits 4\"")
     ap.add_argument("--llama-server")
     ap.add_argument("--peer-model")
     ap.add_argument("--peer-lora", help="the adapter converted by llama.cpp's convert_lora_to_gguf.py")
@@ -136,7 +137,8 @@ def main():
     engines = {}
     port = free_port()
     engines["graft"] = (Proc([a.graft, "serve", "-m", a.model, "--port", str(port), "--parallel", "8", "--threads",
-                              str(a.threads), "--ctx-size", "8192", "--lora", ",".join(adapters)], port), 8)
+                              str(a.threads), "--ctx-size", "8192", "--lora", ",".join(adapters)] + a.graft_args.split(),
+                             port), 8)
     if a.llama_server:
         port = free_port()
         # -nr: no repacked (AMX) weight buffers; llama.cpp's AMX path dies with SIGILL at batch > 1 in

@@ -4,11 +4,12 @@ measurements on model shapes no downloadable model here has (decode cost is set 
 bytes, not by what the weights say). Not a test fixture; nothing here is committed output.
 
     python3 bench/synthetic_model.py OUT_DIR [--hidden 2048 --intermediate 5632 --layers 22
-        --heads 32 --kv-heads 4 --rank 16] --tokenizer-from HF_DIR
+        --heads 32 --kv-heads 4 --rank 16 --lora-dtype f32|bf16 --lora-only] --tokenizer-from HF_DIR
 
 Writes OUT_DIR/base (config.json, model.safetensors in BF16, the tokenizer files copied from
-HF_DIR, whose vocabulary sets vocab_size) and OUT_DIR/lora (adapter_config.json and
-adapter_model.safetensors: F32 factors of the given rank on q, k, v, o, gate, up and down of every
+HF_DIR, whose vocabulary sets vocab_size) and OUT_DIR/lora (lora_r<R>_<dtype> unless rank 16 F32:
+adapter_config.json and
+adapter_model.safetensors: F32 or BF16 factors of the given rank on q, k, v, o, gate, up and down of every
 layer, B non-zero). Defaults: TinyLlama-1.1B's shapes. Needs numpy and safetensors.
 """
 import argparse
@@ -26,6 +27,20 @@ def bf16(a):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
+def save_with_bf16(tensors, path):
+    """safetensors.numpy has no bfloat16: uint16 arrays (bf16 bits) are written as U16, then the header
+    is rewritten with dtype BF16 (data offsets are relative to the end of the header, so the data is
+    copied unchanged)."""
+    save_file(tensors, path + ".u16")
+    with open(path + ".u16", "rb") as src, open(path, "wb") as dst:
+        n = int.from_bytes(src.read(8), "little")
+        header = src.read(n).rstrip(b" ").replace(b'"dtype":"U16"', b'"dtype":"BF16"')
+        header += b" " * (-len(header) % 8)
+        dst.write(len(header).to_bytes(8, "little") + header)
+        shutil.copyfileobj(src, dst, 1 << 24)
+    os.remove(path + ".u16")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -36,8 +51,10 @@ def main():
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--lora-dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--lora-only", action="store_true", help="write OUT_DIR/lora only (same seed, same shapes)")
     a = ap.parse_args()
-    rng = np.random.default_rng(0)
+    rng, lrng = np.random.default_rng(0), np.random.default_rng(1)
     tok = json.load(open(os.path.join(a.tokenizer_from, "tokenizer.json")))
     vocab = max(list(tok["model"]["vocab"].values()) + [t["id"] for t in tok.get("added_tokens", [])]) + 1
     head_dim = a.hidden // a.heads
@@ -56,40 +73,33 @@ def main():
               "self_attn.v_proj": (a.kv_heads * head_dim, a.hidden), "self_attn.o_proj": (a.hidden, a.heads * head_dim),
               "mlp.gate_proj": (a.intermediate, a.hidden), "mlp.up_proj": (a.intermediate, a.hidden),
               "mlp.down_proj": (a.hidden, a.intermediate)}
-    w = {"model.embed_tokens.weight": bf16(rng.standard_normal((vocab, a.hidden), np.float32) * 0.02),
-         "model.norm.weight": bf16(np.ones(a.hidden, np.float32))}
+    weight = (lambda shape: bf16(rng.standard_normal(shape, np.float32) * 0.02)) if not a.lora_only else \
+        (lambda shape: np.zeros(1, np.uint16))
+    factor = (lambda shape: lrng.standard_normal(shape, np.float32) * 0.01) if a.lora_dtype == "f32" else \
+        (lambda shape: bf16(lrng.standard_normal(shape, np.float32) * 0.01))
+    w = {"model.embed_tokens.weight": weight((vocab, a.hidden)), "model.norm.weight": bf16(np.ones(a.hidden, np.float32))}
     lora = {}
     for i in range(a.layers):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = bf16(np.ones(a.hidden, np.float32))
         w[p + "post_attention_layernorm.weight"] = bf16(np.ones(a.hidden, np.float32))
         for name, (rows, cols) in shapes.items():
-            w[p + name + ".weight"] = bf16(rng.standard_normal((rows, cols), np.float32) * 0.02)
+            w[p + name + ".weight"] = weight((rows, cols))
             lp = "base_model.model." + p + name
-            lora[lp + ".lora_A.weight"] = rng.standard_normal((a.rank, cols), np.float32) * 0.01
-            lora[lp + ".lora_B.weight"] = rng.standard_normal((rows, a.rank), np.float32) * 0.01
-    # safetensors.numpy has no bfloat16: write uint16 bits, then rewrite the header with dtype BF16
-    # (data offsets are relative to the end of the header, so the data is copied unchanged).
-    path = os.path.join(base, "model.safetensors")
-    save_file(w, path + ".u16")
-    with open(path + ".u16", "rb") as src, open(path, "wb") as dst:
-        n = int.from_bytes(src.read(8), "little")
-        header = src.read(n).rstrip(b" ").replace(b'"dtype":"U16"', b'"dtype":"BF16"')
-        header += b" " * (-len(header) % 8)
-        dst.write(len(header).to_bytes(8, "little") + header)
-        shutil.copyfileobj(src, dst, 1 << 24)
-    os.remove(path + ".u16")
-    ldir = os.path.join(a.out, "lora")
+            lora[lp + ".lora_A.weight"] = factor((a.rank, cols))
+            lora[lp + ".lora_B.weight"] = factor((rows, a.rank))
+    if not a.lora_only:
+        save_with_bf16(w, os.path.join(base, "model.safetensors"))
+    ldir = os.path.join(a.out, "lora" if a.lora_dtype == "f32" and a.rank == 16 else f"lora_r{a.rank}_{a.lora_dtype}")
     os.makedirs(ldir, exist_ok=True)
-    save_file(lora, os.path.join(ldir, "adapter_model.safetensors"))
+    save_with_bf16(lora, os.path.join(ldir, "adapter_model.safetensors"))
     json.dump({"peft_type": "LORA", "r": a.rank, "lora_alpha": 2 * a.rank, "base_model_name_or_path": base,
                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                "bias": "none", "fan_in_fan_out": False, "task_type": "CAUSAL_LM", "use_rslora": False,
                "use_dora": False, "modules_to_save": None},
               open(os.path.join(ldir, "adapter_config.json"), "w"), indent=1)
-    params = sum(np.prod(v.shape) for v in w.values())
-    print(f"wrote {base} ({params / 1e9:.2f} B parameters, vocab {vocab}) and {ldir} "
-          f"({sum(v.nbytes for v in lora.values()) / 1e6:.1f} MB of F32 factors)")
+    print(f"wrote {'' if a.lora_only else base + ' and '}{ldir} "
+          f"({sum(v.nbytes for v in lora.values()) / 1e6:.1f} MB of {a.lora_dtype.upper()} factors)")
 
 
 if __name__ == "__main__":
