@@ -14,6 +14,7 @@
 // say what that costs and where a different token is accepted. Logits are identical at 1 and 2
 // threads.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
