@@ -10,25 +10,19 @@ namespace graft {
 
 namespace {
 
-float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
 void q8_0(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
+  const float d = gguf_f16_at(b);
   for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(static_cast<int8_t>(b[2 + i])) * d;
 }
 void q4_0(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
+  const float d = gguf_f16_at(b);
   for (int i = 0; i < 16; ++i) {
     y[i] = d * static_cast<float>((b[2 + i] & 0x0f) - 8);
     y[i + 16] = d * static_cast<float>((b[2 + i] >> 4) - 8);
   }
 }
 void q4_1(const uint8_t* b, float* y) {
-  const float d = f16_at(b), m = f16_at(b + 2);
+  const float d = gguf_f16_at(b), m = gguf_f16_at(b + 2);
   for (int i = 0; i < 16; ++i) {
     y[i] = d * static_cast<float>(b[4 + i] & 0x0f) + m;
     y[i + 16] = d * static_cast<float>(b[4 + i] >> 4) + m;
@@ -42,15 +36,15 @@ int q5_code(const uint8_t* h, const uint8_t* qs, int i) {
   return low | static_cast<int>((qh >> i) & 1u) << 4;
 }
 void q5_0(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
+  const float d = gguf_f16_at(b);
   for (int i = 0; i < 32; ++i) y[i] = d * static_cast<float>(q5_code(b + 2, b + 6, i) - 16);
 }
 void q5_1(const uint8_t* b, float* y) {
-  const float d = f16_at(b), m = f16_at(b + 2);
+  const float d = gguf_f16_at(b), m = gguf_f16_at(b + 2);
   for (int i = 0; i < 32; ++i) y[i] = d * static_cast<float>(q5_code(b + 4, b + 8, i)) + m;
 }
 void iq4_nl(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
+  const float d = gguf_f16_at(b);
   for (int i = 0; i < 16; ++i) {
     y[i] = d * static_cast<float>(kIq4nlValues[b[2 + i] & 0x0f]);
     y[i + 16] = d * static_cast<float>(kIq4nlValues[b[2 + i] >> 4]);
@@ -59,7 +53,7 @@ void iq4_nl(const uint8_t* b, float* y) {
 void q2_k(const uint8_t* b, float* y) {
   const uint8_t* scales = b;
   const uint8_t* qs = b + 16;
-  const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+  const float d = gguf_f16_at(b + 80), dmin = gguf_f16_at(b + 82);
   for (int e = 0; e < 256; ++e) {
     const int h = e / 128, s = (e % 128) / 32, l = e % 32, j = e / 16;
     const float dl = d * static_cast<float>(scales[j] & 0x0f);
@@ -72,7 +66,7 @@ void q3_k(const uint8_t* b, float* y) {
   const uint8_t* hmask = b;
   const uint8_t* qs = b + 32;
   const uint8_t* scales = b + 96;
-  const float d = f16_at(b + 108);
+  const float d = gguf_f16_at(b + 108);
   for (int e = 0; e < 256; ++e) {
     const int h = e / 128, s = (e % 128) / 32, l = e % 32, j = e / 16;
     const float dl = d * static_cast<float>(q3k_scale(scales, j) - 32);
@@ -82,7 +76,7 @@ void q3_k(const uint8_t* b, float* y) {
   }
 }
 void q4_k(const uint8_t* b, float* y) {
-  const float d = f16_at(b), dmin = f16_at(b + 2);
+  const float d = gguf_f16_at(b), dmin = gguf_f16_at(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qs = b + 16;
   for (int j = 0; j < 8; ++j) {
@@ -96,7 +90,7 @@ void q4_k(const uint8_t* b, float* y) {
   }
 }
 void q5_k(const uint8_t* b, float* y) {
-  const float d = f16_at(b), dmin = f16_at(b + 2);
+  const float d = gguf_f16_at(b), dmin = gguf_f16_at(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
   const uint8_t* qs = b + 48;
@@ -115,7 +109,7 @@ void q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = f16_at(b + 208);
+  const float d = gguf_f16_at(b + 208);
   for (int e = 0; e < 256; ++e) {
     const int h = e / 128, s = (e % 128) / 32, l = e % 32;
     const uint8_t lbyte = ql[h * 64 + (s % 2) * 32 + l];
@@ -126,7 +120,7 @@ void q6_k(const uint8_t* b, float* y) {
   }
 }
 void iq4_xs(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
+  const float d = gguf_f16_at(b);
   uint16_t sh;
   std::memcpy(&sh, b + 2, 2);
   const uint8_t* sl = b + 4;

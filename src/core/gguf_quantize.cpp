@@ -21,11 +21,6 @@ void put_f16(uint8_t* p, float v) {
   const uint16_t h = f32_to_f16(v);
   std::memcpy(p, &h, 2);
 }
-float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
 
 // Round to nearest (ties to even) by adding 1.5·2²³ and reading the mantissa, as ggml does; valid
 // for |v| < 2²², which every caller's codes are by construction.
@@ -219,7 +214,7 @@ void q4_k(const float* x, uint8_t* b) {
   }
   put_f16(b, max_scale / 63.f);
   put_f16(b + 2, max_min / 63.f);
-  const float d_all = f16_at(b), dmin_all = f16_at(b + 2);
+  const float d_all = gguf_f16_at(b), dmin_all = gguf_f16_at(b + 2);
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, m;
     q4k_scale_min(packed, j, &sc, &m);
@@ -298,7 +293,7 @@ void q6_k(const float* x, uint8_t* b) {
   const float iscale = -128.f / max_scale;
   put_f16(b + 208, 1 / iscale);
   for (int ib = 0; ib < 16; ++ib) sc[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
-  const float d_all = f16_at(b + 208);
+  const float d_all = gguf_f16_at(b + 208);
   for (int j = 0; j < 16; ++j) {
     const float d = d_all * static_cast<float>(sc[j]);
     if (d == 0.0f) continue;

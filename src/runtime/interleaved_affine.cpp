@@ -11,8 +11,8 @@
 namespace graft::runtime {
 
 namespace {
-constexpr int64_t kRows = 16;
-constexpr int64_t kBlock = 32;
+constexpr int64_t kRows = kInterleavedRows;
+constexpr int64_t kBlock = kInterleavedBlock;
 
 int log2_blocks(int group_size) { return group_size == 128 ? 2 : group_size == 64 ? 1 : 0; }
 

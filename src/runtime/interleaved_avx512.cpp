@@ -73,8 +73,8 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         const __m512i v = _mm512_load_si512(p + 64 * t);
-        const __m512i h_lo = t < 4 ? _mm512_slli_epi32(h, 4 - t) : h;
-        const __m512i h_hi = t == 0 ? h : _mm512_srli_epi32(h, t);
+        const __m512i h_lo = _mm512_slli_epi32(h, 4 - t);  // column 4t + e: fifth bit t to bit 4
+        const __m512i h_hi = _mm512_srli_epi32(h, t);  // column 16 + 4t + e: bit t + 4
         w[t] = _mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(h_lo, bit4));
         w[t + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_and_si512(h_hi, bit4));
       }

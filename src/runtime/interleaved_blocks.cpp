@@ -17,9 +17,8 @@
 namespace graft::runtime {
 
 namespace {
-constexpr int64_t kRows = 16;
-constexpr int64_t kBlock = 32;
-int64_t block_bytes(DType t) { return dtype_block_bytes(t); }
+constexpr int64_t kRows = kInterleavedRows;
+constexpr int64_t kBlock = kInterleavedBlock;
 bool has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
 int64_t codes_at(DType t) { return has_min(t) ? 4 : 2; }  // after d (and the min); Q5's qh comes first
 bool five_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_1; }
@@ -95,12 +94,11 @@ std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, in
   b.k = k;
   b.blocks = k / kBlock;
   b.param_shift = param_shift;
-  const bool eight_bit = kind == InterleavedKind::Q8_0 || kind == InterleavedKind::Affine8;
-  const bool five_bit = kind == InterleavedKind::Q5_0 || kind == InterleavedKind::Q5_1;
-  b.code_bytes = eight_bit ? 512 : five_bit ? 320 : 256;
-  b.scale_bytes = b.affine() ? 128 >> param_shift
-                  : (kind == InterleavedKind::Q4_1 || kind == InterleavedKind::Q5_1) ? 64
-                                                                                     : 32;
+  with_kind(kind, [&]<InterleavedKind K>() {
+    using F = InterleavedFmt<K>;
+    b.code_bytes = F::kCodeBytes;
+    b.scale_bytes = F::kAffine ? F::kScaleBytes >> param_shift : F::kScaleBytes;  // affine: a group's record per block
+  });
   b.group_bytes = (b.blocks * (b.code_bytes + b.scale_bytes) + 63) / 64 * 64;
   // Pages mapped in bulk (MAP_POPULATE): a page fault per 4 KiB touched was half of the copy's time.
   const size_t bytes = std::max<size_t>(static_cast<size_t>(b.groups() * b.group_bytes), 1);
@@ -119,7 +117,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
             dtype_name(w.dtype), " ", shape_str(w.shape));
   auto out = detail::allocate_interleaved(kind_of(w.dtype), w.shape[0], w.shape[1], 0);
   InterleavedBlocks& b = *out;
-  const int64_t src_block = block_bytes(w.dtype), row_bytes = b.blocks * src_block, at = codes_at(w.dtype);
+  const int64_t src_block = dtype_block_bytes(w.dtype), row_bytes = b.blocks * src_block, at = codes_at(w.dtype);
   const auto* src = static_cast<const uint8_t*>(w.data);
   const bool q4 = w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1, mins = has_min(w.dtype), q5 = five_bit(w.dtype);
   detail::fill_rows(b, pool, [&](int64_t g, int64_t r) {
@@ -155,7 +153,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
 void deinterleave_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
   if (b.affine()) fail_as(ErrorKind::kInternal, "deinterleave_row: an affine copy (deinterleave_affine_row)");
   const DType source = gguf_type(b.kind);
-  const int64_t g = j / kRows, r = j % kRows, src_block = block_bytes(source), at = codes_at(source);
+  const int64_t g = j / kRows, r = j % kRows, src_block = dtype_block_bytes(source), at = codes_at(source);
   const bool q4 = source == DType::Q4_0 || source == DType::Q4_1;
   for (int64_t blk = 0; blk < b.blocks; ++blk) {
     uint8_t* p = row + blk * src_block;
@@ -189,15 +187,18 @@ int64_t interleaved_prefetch_ahead() {
 
 void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   const int64_t k = b.k;
-  const InterleavedKind kind = b.kind;
-  const bool q4 = b.code_bytes == 256, q5 = b.code_bytes == 320,
-             mins = kind == InterleavedKind::Q4_1 || kind == InterleavedKind::Q5_1 || b.affine();
-  // The stored code minus the model's q_w: Q4_0's nibble is q_w + 8, Q8_0's byte q_w + 128, Q5_0's
-  // code q_w + 16.
-  const int32_t offset = kind == InterleavedKind::Q4_0   ? 8
-                         : kind == InterleavedKind::Q8_0 ? 128
-                         : kind == InterleavedKind::Q5_0 ? 16
-                                                         : 0;
+  // The format's facts as the SIMD kernels read them: nibbles, five bits or bytes; a min; the stored
+  // code minus the model's q_w (Q4_0's nibble is q_w + 8, Q8_0's byte q_w + 128, Q5_0's code q_w + 16).
+  struct Facts {
+    bool q4, q5, mins;
+    int32_t offset;
+  };
+  const Facts f = with_kind(b.kind, []<InterleavedKind K>() {
+    using F = InterleavedFmt<K>;
+    return Facts{F::kNibbles, F::kFive, F::kMin, F::kOffset};
+  });
+  const bool q4 = f.q4, q5 = f.q5, mins = f.mins;
+  const int32_t offset = f.offset;
   for (int64_t i = 0; i < act.m; ++i)
     for (int64_t r = 0; r < kRows; ++r) {
       float acc = 0.0f;

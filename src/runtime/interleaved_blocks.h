@@ -31,6 +31,10 @@
 
 namespace graft::runtime {
 
+// Weight rows per interleaved group (one per 32-bit lane of a 512-bit vector) and columns per block.
+inline constexpr int64_t kInterleavedRows = 16;
+inline constexpr int64_t kInterleavedBlock = 32;
+
 // What an interleaved copy was made from: a GGUF block type, or an mlx-lm affine matrix.
 enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8, Q5_0, Q5_1 };
 const char* interleaved_kind_name(InterleavedKind k);
@@ -63,7 +67,7 @@ struct InterleavedBlocks {
   std::shared_ptr<uint8_t[]> storage;
   const uint8_t* base = nullptr;  // 64-byte aligned
 
-  int64_t groups() const { return (n + 15) / 16; }
+  int64_t groups() const { return (n + kInterleavedRows - 1) / kInterleavedRows; }
   bool affine() const { return kind == InterleavedKind::Affine4 || kind == InterleavedKind::Affine8; }
   const uint8_t* codes(int64_t g) const { return base + g * group_bytes; }
   // GGUF: block b's 16 scales at scales(g) + b·scale_bytes / 2; Q4_1's mins 16 further.
@@ -105,7 +109,7 @@ template <class Row>
 void fill_rows(const InterleavedBlocks& b, ThreadPool* pool, Row&& row) {
   auto groups = [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g)
-      for (int64_t r = 0; r < 16 && g * 16 + r < b.n; ++r) row(g, r);
+      for (int64_t r = 0; r < kInterleavedRows && g * kInterleavedRows + r < b.n; ++r) row(g, r);
   };
   if (pool && b.groups() > 1)
     pool->parallel_for(b.groups(), groups);

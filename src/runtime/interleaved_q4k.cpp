@@ -16,7 +16,7 @@
 namespace graft::runtime {
 
 namespace {
-constexpr int64_t kRows = 16;
+constexpr int64_t kRows = kInterleavedRows;
 constexpr int64_t kSuper = 256;       // columns of a Q4_K super-block
 constexpr int64_t kSuperBytes = 144;  // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes qs
 }  // namespace
@@ -35,10 +35,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, Thread
     const uint8_t* row = src + (g * kRows + r) * row_bytes;
     for (int64_t sb = 0; sb < supers; ++sb) {
       const uint8_t* p = row + sb * kSuperBytes;
-      uint16_t dh, mh;
-      std::memcpy(&dh, p, 2);
-      std::memcpy(&mh, p + 2, 2);
-      const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+      const float d = gguf_f16_at(p), dmin = gguf_f16_at(p + 2);
       for (int s = 0; s < 8; ++s) {
         const int64_t blk = sb * 8 + s;
         uint8_t sc, m;

@@ -208,14 +208,7 @@ TEST(InterleavedAffine, MatmulManyEqualsOneMatmulPerTarget) {
   q4.interleaved = interleave_blocks(q4.dense);
   const model::Matrix plain = model::Matrix::of(random_affine({4, 128, DType::BF16, m, 24, k}, 43));  // F32 kernel
   const auto x = random_x(m, k, 47);
-  ThreadPool pool(2);
-  std::vector<float> y4(m * 48), y8(m * 20), yq(m * 16), yp(m * 24);
-  const MatmulTarget targets[] = {{&a4, y4.data()}, {&a8, y8.data()}, {&q4, yq.data()}, {&plain, yp.data()}};
-  matmul_many(pool, x.data(), m, targets);
-  EXPECT_EQ(y4, run_matrix(a4, x.data(), m, 1));
-  EXPECT_EQ(y8, run_matrix(a8, x.data(), m, 1));
-  EXPECT_EQ(yq, run_matrix(q4, x.data(), m, 1));
-  EXPECT_EQ(yp, run_matrix(plain, x.data(), m, 1));
+  expect_many_equals_each({&a4, &a8, &q4, &plain}, x.data(), m);
 }
 
 TEST(InterleavedAffine, PrepareMatrixCopiesWhereTheKernelRunsAndSaysSo) {

@@ -183,14 +183,7 @@ TEST(InterleavedBlocks, MatmulManyEqualsOneMatmulPerTarget) {
   const model::Matrix v = model::Matrix::of(random_blocks(DType::Q6_K, 24, k, 41));  // read as stored
   const model::Matrix o = interleaved_matrix(DType::Q4_K, 17, k, 42);
   const auto x = random_x(m, k, 43);
-  ThreadPool pool(2);
-  std::vector<float> yq(m * 48), yk(m * 20), yv(m * 24), yo(m * 17);
-  const MatmulTarget targets[] = {{&q, yq.data()}, {&kk, yk.data()}, {&v, yv.data()}, {&o, yo.data()}};
-  matmul_many(pool, x.data(), m, targets);
-  EXPECT_EQ(yq, run_matrix(q, x.data(), m, 1));
-  EXPECT_EQ(yk, run_matrix(kk, x.data(), m, 1));
-  EXPECT_EQ(yv, run_matrix(v, x.data(), m, 1));
-  EXPECT_EQ(yo, run_matrix(o, x.data(), m, 1));
+  expect_many_equals_each({&q, &kk, &v, &o}, x.data(), m);
 }
 
 TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,6 +87,20 @@ inline std::vector<float> run_matrix(const model::Matrix& w, const float* x, int
   std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
   matmul(pool, x, m, w, y.data());
   return y;
+}
+
+// matmul_many over `ws` (one call, 2 threads: their columns share the parallel split) gives each
+// matrix the bits of its own matmul.
+inline void expect_many_equals_each(std::initializer_list<const model::Matrix*> ws, const float* x, int64_t m) {
+  ThreadPool pool(2);
+  std::vector<std::vector<float>> ys;
+  std::vector<MatmulTarget> targets;
+  for (const model::Matrix* w : ws) ys.emplace_back(static_cast<size_t>(m * w->rows));
+  size_t i = 0;
+  for (const model::Matrix* w : ws) targets.push_back({w, ys[i++].data()});
+  matmul_many(pool, x, m, targets);
+  i = 0;
+  for (const model::Matrix* w : ws) EXPECT_EQ(ys[i++], run_matrix(*w, x, m, 1)) << "matrix " << i - 1;
 }
 
 }  // namespace graft::runtime::detail

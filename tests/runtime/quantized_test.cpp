@@ -211,15 +211,27 @@ MlxReferences mlx_references(const std::string& dir) {
           bf16 ? "_f32act" : ""};
 }
 
-TEST_P(QuantizedModel, BaseAndUnfusedLoraMatchMlxLm) {
-  const std::string dir = test::fixture(std::string("mlx_quant/models/") + GetParam());
-  std::ifstream in(dir + "/reference.json");
-  const json ref = json::parse(in);
+// One mlx fixture model as the tests below use it: its reference.json, the model loaded as
+// `graft generate` loads it, the fixture adapter's unfused set, mlx-lm's logits.
+struct MlxCase {
+  std::string dir;
+  json ref;
+  model::LoadedModel m;
+  std::shared_ptr<const LoraSet> set;
+  MlxReferences refs;
+};
+MlxCase mlx_case(const char* name) {
+  const std::string dir = test::fixture(std::string("mlx_quant/models/") + name);
   model::LoadedModel m = model::load_model(dir);
+  auto set = fixture_lora_set(m, dir);
+  return {dir, test::read_json(dir + "/reference.json"), std::move(m), std::move(set), mlx_references(dir)};
+}
+
+TEST_P(QuantizedModel, BaseAndUnfusedLoraMatchMlxLm) {
+  auto [dir, ref, m, set, refs] = mlx_case(GetParam());
+  const auto& [base_ref, lora_ref, sfx] = refs;
   ASSERT_TRUE(m.quantized);
   EXPECT_TRUE(m.weights.layers[0].q.quantized() && m.weights.embed.quantized());  // codes, not a dequantized copy
-  auto set = fixture_lora_set(m, dir);
-  const auto [base_ref, lora_ref, sfx] = mlx_references(dir);
   for (size_t p = 0; p < ref["prompts"].size(); ++p) {
     const auto& pr = ref["prompts"][p];
     const auto ids = pr["ids"].get<std::vector<int32_t>>();
@@ -248,14 +260,11 @@ TEST_P(QuantizedModel, BaseAndUnfusedLoraMatchMlxLm) {
 TEST_P(QuantizedModel, InterleavedKernelsStayNearMlxLm) {
   if (!interleave_enabled_affine()) GTEST_SKIP() << "no interleaved integer kernel on this CPU (or GRAFT_Q8_INTERLEAVE=0)";
   constexpr float kMaxAbs = 0.5f;
-  const std::string dir = test::fixture(std::string("mlx_quant/models/") + GetParam());
-  const json ref = test::read_json(dir + "/reference.json");
-  model::LoadedModel m = model::load_model(dir);
+  auto [dir, ref, m, set, refs] = mlx_case(GetParam());
+  const auto& [base_ref, lora_ref, sfx] = refs;
   ThreadPool prep(2);
   EXPECT_GT(prepare_weights(m.weights, prep), 0);
   EXPECT_NE(describe_kernels(m.weights).find("affine 4/8-bit rows interleaved x16"), std::string::npos);
-  auto set = fixture_lora_set(m, dir);
-  const auto [base_ref, lora_ref, sfx] = mlx_references(dir);
   for (size_t p = 0; p < ref["prompts"].size(); ++p) {
     const auto& pr = ref["prompts"][p];
     const auto ids = pr["ids"].get<std::vector<int32_t>>();

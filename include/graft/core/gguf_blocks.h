@@ -21,6 +21,7 @@
 //   IQ4_XS 256: d, u16 scales_h, scales_l[4], qs[128]          w = d·(ls − 32)·kv[q] (per 32)
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "graft/core/dtype.h"
@@ -30,6 +31,13 @@ namespace graft {
 // IQ4_NL / IQ4_XS code book (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// The little-endian f16 at p (a block's d, dmin or m), as F32 (exact).
+inline float gguf_f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
 
 // Byte offsets of the f16 fields (scale, and min or dmin) in one block of a GGUF block format.
 std::vector<int> gguf_block_f16_fields(DType t);
