@@ -49,6 +49,21 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
           },
           "f32|f16|bf16"))
       ->capture_default_str();
+  app.add_option("--lora-dtype", a.lora_dtype,
+                 "Factors of the unfused (--lora) adapters at run time: auto (as stored: exact) | f32 | bf16 | q8_0 "
+                 "(8-bit blocks as llama.cpp's q8_0 LoRA: a quarter of the F32 bytes, the down-projection on the "
+                 "integer kernels)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            try {
+              runtime::parse_lora_dtype(s);
+            } catch (const Error&) {
+              return "'" + s + "' is not an adapter factor type (allowed: auto, f32, bf16, q8_0)";
+            }
+            return {};
+          },
+          "auto|f32|bf16|q8_0"))
+      ->capture_default_str();
 }
 
 DType cache_type(const ModelArgs& a) { return runtime::parse_kv_cache_type(a.cache_type); }
@@ -76,6 +91,7 @@ engine::EngineOptions engine_options(const ModelArgs& a) {
   o.load.copy_weights = a.no_mmap;
   o.load.merge_policy = adapter::parse_merge_policy(a.merge_policy);
   o.load.fuse_requantize = a.fuse_requantize;
+  o.lora_dtype = runtime::parse_lora_dtype(a.lora_dtype);
   return o;
 }
 
@@ -91,9 +107,15 @@ void report_adapters(engine::Engine& e, const engine::EngineOptions& o) {
   }
   const runtime::LoraSet& set = e.adapters().set();
   if (set.size() > 0) {
-    int64_t terms = 0;
-    for (const auto& ad : set.adapters) terms += ad->term_count;
-    std::fprintf(stderr, "unfused: %zu adapter(s), %lld term(s)\n", set.size(), static_cast<long long>(terms));
+    int64_t terms = 0, bytes = 0;
+    for (const auto& ad : set.adapters) {
+      terms += ad->term_count;
+      for (const auto& layer : ad->terms)
+        for (const auto& site : layer)
+          for (const runtime::LoraTerm& t : site) bytes += t.factor_bytes();
+    }
+    std::fprintf(stderr, "unfused: %zu adapter(s), %lld term(s), factors %s (%.1f MB)\n", set.size(),
+                 static_cast<long long>(terms), runtime::lora_dtype_name(o.lora_dtype).c_str(), bytes / 1e6);
   }
 }
 

@@ -41,7 +41,7 @@ model::LoadedModel load(const EngineOptions& o, runtime::ThreadPool& pool) {
 std::shared_ptr<const runtime::LoraSet> unfused_set(const EngineOptions& o, const model::LoadedModel& m,
                                                     runtime::ThreadPool& pool) {
   if (o.fuse || o.adapters.empty()) return nullptr;
-  auto set = runtime::make_lora_set(m.config, *m.source, o.adapters);
+  auto set = runtime::make_lora_set(m.config, *m.source, o.adapters, o.lora_dtype);
   runtime::prepare_lora_set(*set, m.weights, pool);  // DoRA row norms once, at load
   return set;
 }
@@ -57,7 +57,7 @@ void Engine::check(const EngineOptions& o) {
   if (o.fuse) fused.insert(fused.end(), o.adapters.begin(), o.adapters.end());
   if (!fused.empty())
     model::bind_model_adapters(src.config, *src.source, fused, model::AdapterPath::Fused, {}, true);
-  if (!o.fuse && !o.adapters.empty()) runtime::make_lora_set(src.config, *src.source, o.adapters);
+  if (!o.fuse && !o.adapters.empty()) runtime::make_lora_set(src.config, *src.source, o.adapters, o.lora_dtype);
 }
 
 Engine::Engine(EngineOptions options)

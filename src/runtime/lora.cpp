@@ -1,12 +1,15 @@
 #include "graft/runtime/lora.h"
 
+#include <cctype>
 #include <cstring>
 #include <sstream>
 
 #include "graft/core/convert.h"
 #include "graft/core/error.h"
+#include "graft/core/gguf_quantize.h"
 #include "graft/model/family.h"
 #include "graft/model/model_adapters.h"
+#include "runtime/interleaved_blocks.h"
 
 namespace graft::runtime {
 
@@ -126,10 +129,60 @@ std::shared_ptr<const KronFactors> kron_factors(const adapter::KroneckerUpdate& 
   return f;
 }
 
+// A factor [rows, cols] in `dt`: F32/BF16 rounded to nearest even, Q8_0 quantized by llama.cpp's
+// reference quantizer (so a factor that came from a Q8_0 GGUF gets its file's bytes back).
+Tensor factor_in(const Tensor& f, DType dt, const char* what, const std::string& tensor, const std::string& path) {
+  if (f.dtype == dt) return f;
+  const int64_t rows = f.shape[0], cols = f.shape[1];
+  if (dt == DType::Q8_0 && cols % 32 != 0)
+    fail_as(ErrorKind::kBadRequest, "--lora-dtype q8_0: adapter '", path, "', the term on '", tensor, "': ", what,
+            " has rows of ", cols, " values; Q8_0 needs a multiple of 32 (use --lora-dtype bf16 or auto)");
+  const std::vector<float> v = rows_to_f32(f, 0, rows);
+  std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(dt, rows * cols)));
+  if (dt == DType::Q8_0)
+    quantize_gguf_blocks(dt, v.data(), bytes.data(), rows * cols);
+  else
+    convert_from_f32(v.data(), dt, bytes.data(), rows * cols);
+  return Tensor::owned(dt, {rows, cols}, std::move(bytes));
+}
+
 }  // namespace
 
+int64_t LoraTerm::factor_bytes() const {
+  if (kron) {
+    const KronFactors& f = *kron;
+    return 4 * static_cast<int64_t>(f.w1.size() + f.w1a.size() + f.w1b.size() + f.w2t.size() + f.w2at.size() +
+                                    f.w2bt.size());
+  }
+  return a.nbytes() + (up_q8 ? up_q8->bytes() : bt.nbytes());
+}
+
+LoraDType parse_lora_dtype(std::string_view name, std::string_view option) {
+  std::string s(name);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (s == "auto") return std::nullopt;
+  if (s == "f32") return DType::F32;
+  if (s == "bf16") return DType::BF16;
+  if (s == "q8_0") return DType::Q8_0;
+  fail_as(ErrorKind::kBadRequest, option, ": '", name, "' is not an adapter factor type (allowed: auto, f32, bf16, q8_0)");
+}
+
+std::string lora_dtype_name(LoraDType t) {
+  if (!t) return "auto";
+  switch (*t) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+    case DType::Q8_0: return "q8_0";
+    default: return std::string(dtype_name(*t));
+  }
+}
+
 std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapterPlan& plan,
-                                                     const model::ModelConfig& config, const std::string& path) {
+                                                     const model::ModelConfig& config, const std::string& path,
+                                                     LoraDType factor_dtype) {
+  if (factor_dtype && *factor_dtype != DType::F32 && *factor_dtype != DType::BF16 && *factor_dtype != DType::Q8_0)
+    fail_as(ErrorKind::kBadRequest, "make_lora_adapter: factor dtype ", dtype_name(*factor_dtype),
+            "; expected F32, BF16 or Q8_0");
   auto out = std::make_shared<LoraAdapter>();
   out->path = path;
   out->terms.resize(static_cast<size_t>(config.num_layers + 1));
@@ -142,7 +195,10 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
       t.row0 = pu.dst_row;
       if (lr) {
         const Tensor b = row_slice(lr->b, pu.src_row, pu.rows);
-        t = LoraTerm{lr->a, b, transposed(b), pu.dst_row, lr->scale * pu.strength, nullptr, nullptr};
+        t.a = lr->a;
+        t.b = b;
+        t.bt = transposed(b);
+        t.scale = lr->scale * pu.strength;
       } else if (tensor == model::kEmbedName) {
         problems.push_back("'" + tensor + "' gets a " + adapter::update_kind(*pu.update) +
                            " update: on the embedding only LoRA runs unfused; apply this adapter fused with "
@@ -150,7 +206,10 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
         continue;
       } else if (const auto* dr = std::get_if<adapter::DoraUpdate>(pu.update)) {
         const Tensor b = row_slice(dr->lora.b, pu.src_row, pu.rows);
-        t = LoraTerm{dr->lora.a, b, transposed(b), pu.dst_row, dr->lora.scale * pu.strength, nullptr, nullptr};
+        t.a = dr->lora.a;
+        t.b = b;
+        t.bt = transposed(b);
+        t.scale = dr->lora.scale * pu.strength;
         t.dora = dora_rows(dr->magnitude, pu.src_row, pu.rows);
       } else if (const auto* hd = std::get_if<adapter::HadamardUpdate>(pu.update)) {
         t = hadamard_term(*hd, pu);
@@ -162,6 +221,7 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
                            " update, which has no unfused form; apply this adapter fused with --adapter");
         continue;
       }
+      if (!t.kron) t.down = model::Matrix::of(t.a);
       if (tensor == model::kEmbedName) {
         out->embed.push_back(t);
         // A tied head is the embedding read as a linear layer: the same ΔE changes the logits.
@@ -174,6 +234,22 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
       if (it == sites.end()) {
         problems.push_back("'" + tensor + "' is not a projection the runtime applies adapter terms to");
         continue;
+      }
+      if (factor_dtype && !t.kron) {
+        t.a = factor_in(t.a, *factor_dtype, "A [r, in]", tensor, path);
+        if (*factor_dtype == DType::Q8_0) {
+          const int64_t rows = t.bt.shape[1], r = t.bt.shape[0];
+          const std::vector<float> bt = rows_to_f32(t.bt, 0, r);
+          std::vector<float> b(bt.size());
+          for (int64_t k = 0; k < r; ++k)
+            for (int64_t o = 0; o < rows; ++o) b[static_cast<size_t>(o * r + k)] = bt[static_cast<size_t>(k * rows + o)];
+          t.up_q8 = std::make_shared<const UpQ8>(quantize_up_q8(b.data(), rows, r));
+          t.bt = Tensor();
+          t.down = model::Matrix::of(t.a);
+          t.down.interleaved = interleave_enabled(DType::Q8_0) ? interleave_blocks(t.a) : nullptr;
+        } else {
+          t.bt = factor_in(t.bt, *factor_dtype, "B^T [r, out]", tensor, path);
+        }
       }
       out->terms[static_cast<size_t>(it->second.layer)][static_cast<size_t>(it->second.projection)].push_back(t);
       ++out->term_count;
@@ -190,12 +266,12 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
 }
 
 std::shared_ptr<const LoraSet> make_lora_set(const model::ModelConfig& config, const io::TensorSource& model_source,
-                                             const std::vector<adapter::AdapterUse>& adapters) {
+                                             const std::vector<adapter::AdapterUse>& adapters, LoraDType factor_dtype) {
   auto set = std::make_shared<LoraSet>();
   for (const auto& use : adapters) {
     adapter::AdapterUse unit{use.adapter, 1.0f};
     auto plan = model::bind_model_adapters(config, model_source, {unit}, model::AdapterPath::Unfused);
-    set->adapters.push_back(make_lora_adapter(*plan, config, use.adapter->path));
+    set->adapters.push_back(make_lora_adapter(*plan, config, use.adapter->path, factor_dtype));
   }
   return set;
 }

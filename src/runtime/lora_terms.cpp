@@ -2,6 +2,7 @@
 // and the column epilogue after it, for LoRA/LoHa pairs, LoKr factors and DoRA rescaling.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "graft/core/affine_quant.h"
 #include "graft/runtime/kernels.h"
@@ -12,16 +13,25 @@ namespace graft::runtime {
 namespace {
 
 // DoRA's per-row vectors for rows [row0, row0 + rows) of `w`: ‖W_r‖², ⟨W_r, (B·A)_r⟩, ‖(B·A)_r‖²,
-// each in double from the F32 row of W (dequantized when quantized) and (B·A)_r summed in double.
+// each in double from the F32 row of W (dequantized when quantized) and (B·A)_r summed in double,
+// from the factors the term applies (a and bt, in the --lora-dtype they run in).
 void fill_dora_rows(const LoraTerm& t, const model::Matrix& w, ThreadPool& pool) {
   const DoraRows& d = *t.dora;
-  const int64_t rows = t.b.shape[0], r = t.a.shape[0], in = t.a.shape[1];
+  const int64_t rows = t.rows(), r = t.a.shape[0], in = t.a.shape[1];
   d.w2.assign(static_cast<size_t>(rows), 0.0);
   d.wp.assign(static_cast<size_t>(rows), 0.0);
   d.p2.assign(static_cast<size_t>(rows), 0.0);
-  std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(rows * r));
+  std::vector<float> a(static_cast<size_t>(r * in)), bt, b(static_cast<size_t>(rows * r));
   convert_to_f32(t.a.dtype, t.a.data, a.data(), r * in);
-  convert_to_f32(t.b.dtype, t.b.data, b.data(), rows * r);
+  if (t.up_q8) {
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t k = 0; k < r; ++k) b[static_cast<size_t>(o * r + k)] = t.up_q8->at(o, k);
+  } else {
+    bt.resize(static_cast<size_t>(r * rows));
+    convert_to_f32(t.bt.dtype, t.bt.data, bt.data(), r * rows);
+    for (int64_t k = 0; k < r; ++k)
+      for (int64_t o = 0; o < rows; ++o) b[static_cast<size_t>(o * r + k)] = bt[static_cast<size_t>(k * rows + o)];
+  }
   pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
     std::vector<float> wr(static_cast<size_t>(in));
     std::vector<double> pr(static_cast<size_t>(in));
@@ -122,11 +132,43 @@ void lora_term_down(ThreadPool& pool, const LoraTerm& t, const float* xs, int64_
     });
     return;
   }
-  if (t.dora) {
-    std::call_once(t.dora->once, [&] { fill_dora_rows(t, w, pool); });
-    for (float s : seq_scales) cache_factors(*t.dora, t.scale * s);
+  const TermDown one[] = {{&t, &w, low}};
+  lora_terms_down(pool, one, xs, n, seq_scales);
+}
+
+void lora_terms_down(ThreadPool& pool, std::span<const TermDown> terms, const float* xs, int64_t n,
+                     const std::vector<float>& seq_scales) {
+  std::vector<std::vector<float>> f32(terms.size());  // x·Aᵀ of the 8-bit terms, before rounding
+  std::vector<model::Matrix> plain(terms.size());      // A of a term built without `down`
+  std::vector<MatmulTarget> mm;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const LoraTerm& t = *terms[i].term;
+    if (t.dora) {
+      std::call_once(t.dora->once, [&] { fill_dora_rows(t, *terms[i].w, pool); });
+      for (float s : seq_scales) cache_factors(*t.dora, t.scale * s);
+    }
+    float* y = terms[i].low;
+    if (t.up_q8) {
+      f32[i].resize(static_cast<size_t>(n * t.a.shape[0]));
+      y = f32[i].data();
+    }
+    if (!t.down.dense.data) plain[i] = model::Matrix::of(t.a);
+    mm.push_back({t.down.dense.data ? &t.down : &plain[i], y, nullptr});
   }
-  matmul(pool, xs, n, in, t.a, low);
+  matmul_many(pool, xs, n, mm);
+  // The 8-bit up-projection's operand: each row of x·Aᵀ rounded to 8 bits once, here, rather than
+  // in every column block of the epilogue.
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const LoraTerm& t = *terms[i].term;
+    if (!t.up_q8) continue;
+    const int64_t r = t.a.shape[0], width = t.low_width();
+    for (int64_t j = 0; j < n; ++j) {
+      float* row = terms[i].low + j * width;
+      int32_t offset = 0;
+      row[0] = quantize_low_q8(f32[i].data() + j * r, r, t.up_q8->r4, reinterpret_cast<int8_t*>(row + 2), &offset);
+      std::memcpy(row + 1, &offset, 4);
+    }
+  }
 }
 
 void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t j0, int64_t j1, float* y) {
@@ -138,7 +180,14 @@ void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t 
     for (int64_t c = c0; c < c1; ++c) y[c] += s * d[c];
     return;
   }
-  lora_up_add(t.bt, low, s, c0 - t.row0, c1 - t.row0, y + c0);
+  if (t.up_q8) {
+    int32_t offset;
+    std::memcpy(&offset, low + 1, 4);
+    lora_up_add_q8(*t.up_q8, reinterpret_cast<const int8_t*>(low + 2), offset, low[0], s, c0 - t.row0, c1 - t.row0,
+                   y + c0);
+  } else {
+    lora_up_add(t.bt, low, s, c0 - t.row0, c1 - t.row0, y + c0);
+  }
   if (!t.dora) return;
   // y = f(σ) ⊙ (y + σ·u): the factors formed in the down pass (or here, if more scales than the
   // cache holds are in use at once).

@@ -63,6 +63,10 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& o
 using Q8Dot = float (*)(const int8_t* wq, const float* wa4, const int8_t* xq, const float* xd4, int64_t k,
                         bool signed_codes);
 Q8Dot q8_dot(Q8Kernel k);
+
+// lora_up_add_q8 (kernels.h) on a given kernel's integer path (tests compare them; AvxVnni runs AVX2's).
+void lora_up_add_q8_with(Q8Kernel kernel, const UpQ8& b, const int8_t* q_low, int32_t offset, float d_low, float s,
+                         int64_t c0, int64_t c1, float* y);
 float q8_dot_scalar8(const int8_t*, const float*, const int8_t*, const float*, int64_t, bool);
 float q8_dot_scalar16(const int8_t*, const float*, const int8_t*, const float*, int64_t, bool);
 float q8_dot_avx2(const int8_t*, const float*, const int8_t*, const float*, int64_t, bool);

@@ -133,8 +133,15 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
     lora_term_down(pool, *act.term, act.xs, static_cast<int64_t>(act.rows->rows.size()), in, *act.w, act.low.data(),
                    act.rows->scales);
   };
+  bool same_rows = true;  // every term on the same rows (one adapter, or all rows): one matmul_many
+  for (const Active& act : active) same_rows = same_rows && act.rows == active[0].rows && !act.term->kron;
   if (active.size() == 1) {
     down_for(0);  // one term: its own rows split over the pool
+  } else if (same_rows && !active.empty()) {
+    std::vector<TermDown> downs;
+    for (Active& act : active) downs.push_back({act.term, act.w, act.low.data()});
+    lora_terms_down(pool, downs, active[0].xs, static_cast<int64_t>(active[0].rows->rows.size()),
+                    active[0].rows->scales);
   } else if (!active.empty()) {
     // Several terms (adapters mixed in a server step, or several projections): one dispatch for
     // all their down passes, each run whole by one thread (a nested parallel_for runs inline; the

@@ -34,6 +34,7 @@ struct State {
   std::unique_ptr<text::ChatPrompt> chat;
   int64_t slot_ctx = 0;
   int64_t created = std::time(nullptr);
+  std::string lora_dtype = "auto";  // --lora-dtype
 };
 
 void send_json(httplib::Response& res, int status, const json& body) {
@@ -250,6 +251,7 @@ void add_routes(httplib::Server& svr, State& st) {
               json{{"default_generation_settings", json{{"n_ctx", st.slot_ctx}, {"params", params}}},
                    {"total_slots", st.scheduler->options().parallel},
                    {"cache_type", std::string(runtime::kv_cache_type_name(st.scheduler->options().cache_type))},
+                   {"lora_dtype", st.lora_dtype},
                    {"model_alias", st.model_name},
                    {"model_path", st.model_path},
                    {"chat_template", st.chat ? st.chat->source() : std::string()},
@@ -425,6 +427,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   std::thread loader([&] {
     try {
       st.engine = std::make_unique<engine::Engine>(eo);
+      st.lora_dtype = runtime::lora_dtype_name(eo.lora_dtype);
       const auto& m = st.engine->model();
       if (m.chat_template) st.chat = std::make_unique<text::ChatPrompt>(st.engine->tokenizer(), *m.chat_template, m.chat_template_origin);
       const int64_t total = o.ctx_size > 0 ? o.ctx_size : m.config.max_position_embeddings;
@@ -437,10 +440,12 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
       so.cache_type = o.cache_type;
       st.scheduler = std::make_unique<Scheduler>(*st.engine, so);
       st.ready = true;
+      const std::string how = st.engine->adapters().fused()       ? ", fused"
+                              : st.engine->adapters().size() == 0 ? ""
+                                                                  : ", factors " + st.lora_dtype;
       std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s)\n", o.parallel,
                    static_cast<long long>(st.slot_ctx), std::string(runtime::kv_cache_type_name(o.cache_type)).c_str(),
-                   st.engine->adapters().size(),
-                   st.engine->adapters().fused() ? ", fused" : "");
+                   st.engine->adapters().size(), how.c_str());
     } catch (const std::exception& e) {
       load_error = e.what();
     }

@@ -30,11 +30,12 @@ grep -q generate "$TMP/help" || fail "graft --help does not list generate"
 grep -q serve "$TMP/help" || fail "graft --help does not list serve"
 "$GRAFT" serve --help >"$TMP/help" || fail "graft serve --help"
 for opt in --model --host --port --ctx-size --parallel --threads --api-key --lora --adapter --lora-scaled \
-    --lora-init-without-apply --lora-fuse --metrics --alias --timeout --q-bits --no-mmap --merge-policy --cache-type; do
+    --lora-init-without-apply --lora-fuse --metrics --alias --timeout --q-bits --no-mmap --merge-policy --cache-type \
+    --lora-dtype; do
   grep -qF -- "$opt" "$TMP/help" || fail "serve --help lacks $opt"
 done
 "$GRAFT" generate --help >"$TMP/help" || fail "graft generate --help"
-for opt in --model --prompt --prompt-file --chat --system --max-tokens --temp --top-k --top-p --min-p --seed --threads --ctx-size --cache-type; do
+for opt in --model --prompt --prompt-file --chat --system --max-tokens --temp --top-k --top-p --min-p --seed --threads --ctx-size --cache-type --lora-dtype; do
   grep -qF -- "$opt" "$TMP/help" || fail "generate --help lacks $opt"
 done
 
@@ -91,6 +92,14 @@ cmp -s "$TMP/base" "$TMP/gen_fused" && fail "the adapter changed nothing"
 "$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --adapter-scaled "$PEFT:0.5" --merge-policy RankWiseF32 \
   >"$TMP/out" 2>"$TMP/err" || fail "--adapter-scaled with --merge-policy: $(cat "$TMP/err")"
 grep -q "RankWiseF32" "$TMP/err" || fail "merge policy not reported"
+# --lora-dtype: the factors run in 8 bits (reported), the text stays the adapter's; a bad type is
+# refused before anything loads.
+"$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --lora "$PEFT" --lora-dtype q8_0 >"$TMP/q8" 2>"$TMP/err" \
+  || fail "generate --lora-dtype q8_0: $(cat "$TMP/err")"
+grep -q "unfused: 1 adapter(s), 14 term(s), factors q8_0" "$TMP/err" || fail "no q8_0 factor report: $(cat "$TMP/err")"
+cmp -s "$TMP/unfused" "$TMP/q8" || fail "--lora-dtype q8_0 changed the greedy text"
+expect_error gen-lora-dtype "--lora-dtype: 'int4' is not an adapter factor type" 2 generate -m "$TINY" -p hi \
+  --lora "$PEFT" --lora-dtype int4
 expect_error gen-nan-scale "is not a finite number" 2 generate -m "$TINY" -p hi --lora-scaled "$PEFT:nan"
 expect_error gen-inf-scale "is not a finite number" 2 generate -m "$TINY" -p hi --adapter-scaled "$PEFT:inf"
 expect_error gen-text-scale "is not a finite number" 2 generate -m "$TINY" -p hi --adapter-scaled "$PEFT:big"

@@ -384,6 +384,35 @@ def test_api_key_and_init_without_apply(server):
         assert s.stop(signal.SIGINT) == 0, s.output()
 
 
+def test_lora_dtype_q8_0(server):
+    # The PEFT pirate adapter with 8-bit factors: /props says so, and the greedy tokens are those of
+    # the shared server (factors as stored, BF16) up to a near tie, where both runs rank the same two
+    # tokens first within 0.25 logprob. The 8-bit factors (and x, x·Aᵀ in 8 bits) move logits by about
+    # 1 % of the adapter's own effect (tests/runtime/lora_dtype_test.cpp); this adapter moves them by
+    # several units, and this prompt's second token is a near tie (see above): measured 0.11 there.
+    s = Server("--lora", PEFT, "--lora-dtype", "q8_0", "--parallel", "1")
+    try:
+        assert s.get("/props").json()["lora_dtype"] == "q8_0"
+        assert server.get("/props").json()["lora_dtype"] == "auto"
+        runs = []
+        for srv, lora in ((server, [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.0}]), (s, [{"id": 0, "scale": 1.0}])):
+            r = srv.post("/completion", {"prompt": PROMPT, "n_predict": 16, "temperature": 0, "n_probs": 2,
+                                         "cache_prompt": False, "lora": lora})
+            assert r.status_code == 200, r.text
+            runs.append(r.json())
+        a, b = (run["tokens"] for run in runs)
+        assert len(a) == len(b) == 16
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                for run in runs:
+                    top = run["completion_probabilities"][i]["top_logprobs"]
+                    assert {t["id"] for t in top[:2]} == {x, y}, (i, top)
+                    assert top[0]["logprob"] - top[1]["logprob"] < 0.25, (i, top)
+                break
+    finally:
+        assert s.stop() == 0, s.output()
+
+
 def test_request_timeout(server):
     # A whole slot's context (the model's 8,192 tokens in one slot) cannot be generated within one second
     # on a CPU (it would take > 8,000 tokens/s); the request is stopped with 503 naming --timeout, the slot is
@@ -440,6 +469,7 @@ def test_lora_fuse_mode(server):
     (["--lora-fuse", "--lora-init-without-apply", "--lora", PEFT], "exclude each other", 2),
     (["--cache-type", "q8_0"], "--cache-type: 'q8_0' is not a KV cache type (allowed: f32, f16, bf16)", 2),
     (["--cache-type", ""], "--cache-type", 2),
+    (["--lora", PEFT, "--lora-dtype", "q4_0"], "--lora-dtype: 'q4_0' is not an adapter factor type", 2),
 ])
 def test_startup_errors_exit_before_binding(args, fragment, code):
     from conftest import BIN, free_port

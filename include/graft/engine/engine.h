@@ -25,6 +25,7 @@ struct EngineOptions {
   std::vector<adapter::AdapterUse> adapters;
   bool fuse = false;                // bake the registry's adapters into the weights at their scales
   bool init_without_apply = false;  // default scales start at 0 (the adapters stay loaded)
+  runtime::LoraDType lora_dtype;     // unfused factors: as stored (nullopt), or F32 / BF16 / Q8_0
 };
 
 class Engine {

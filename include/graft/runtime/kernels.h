@@ -102,4 +102,28 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
 // bt = Bᵀ [r, cols] in F32 or BF16 (widened exactly), low = the row's down-projection [r].
 void lora_up_add(const Tensor& bt, const float* low, float s, int64_t c0, int64_t c1, float* y);
 
+// B [rows, r] in 8 bits for the integer up-projection (--lora-dtype q8_0): output row o keeps one
+// scale d[o] = max_k |B[o, k]| / 127 and codes q[o, k] = round(B[o, k] / d[o]) (ties away from
+// zero), stored as q + 128 (vpdpbusd's unsigned operand), 16 rows by 4 k at a time (64 bytes), k
+// padded with zero codes to a multiple of 4 and rows to a multiple of 16. A row's error is at most
+// d[o] / 2 per element. 20 bytes a row at rank 16 (an F32 Bᵀ: 64).
+struct UpQ8 {
+  int64_t rows = 0, r = 0, r4 = 0;
+  std::vector<uint8_t> codes;  // q + 128, [rows16 / 16][r4 / 4][16][4]
+  std::vector<float> scale;    // d, [rows16] (0 in the padding)
+  int64_t bytes() const { return static_cast<int64_t>(codes.size() + 4 * scale.size()); }
+  float at(int64_t o, int64_t k) const;  // d[o]·q[o, k]
+};
+UpQ8 quantize_up_q8(const float* b, int64_t rows, int64_t r);  // b = B [rows, r], row-major
+
+// A row's down-projection low [r] rounded the same way, q = round(low / d_low) with d_low =
+// max|low| / 127, to r4 codes (zero-padded); returns d_low and sets *offset = 128·Σ_k q[k], what the
+// unsigned codes add to every row's sum.
+float quantize_low_q8(const float* low, int64_t r, int64_t r4, int8_t* q, int32_t* offset);
+
+// y[c - c0] += ((s·d_low)·d[c])·Σ_k q_low[k]·q[c, k] for c in [c0, c1): the sum is exact in int32,
+// the scaling three F32 products in that order, so every ISA path gives the scalar loop's bits.
+void lora_up_add_q8(const UpQ8& b, const int8_t* q_low, int32_t offset, float d_low, float s, int64_t c0, int64_t c1,
+                    float* y);
+
 }  // namespace graft::runtime

@@ -1,6 +1,7 @@
 // Unfused adapters: each adapter stays a set of terms on the projections it targets, with its scale
 // chosen per sequence at every forward pass (live, no reload):
-//   * LoRA: y += s·(x·Aᵀ)·Bᵀ; factors keep their file dtype (F32/F16/BF16 widen exactly).
+//   * LoRA: y += s·(x·Aᵀ)·Bᵀ; factors keep their file dtype (F32/F16/BF16 widen exactly), or the
+//     one --lora-dtype names (LoraDType below).
 //   * LoHa: the same form with its exact rank-r1·r2 factors, A'[(k,l)] = w1b[k] ⊙ w2b[l] and
 //     B'[o,(k,l)] = w1a[o,k]·w2a[o,l] (F32), since (w1a·w1b) ⊙ (w2a·w2b) = B'·A'.
 //   * LoKr: y += s·vec(W1·X·W2ᵀ) with X the input row as [q, n] (the Kronecker identity), each factor
@@ -18,13 +19,17 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graft/adapter/bind.h"
 #include "graft/core/tensor.h"
 #include "graft/model/config.h"
 #include "graft/model/weights.h"
+#include "graft/runtime/kernels.h"
 #include "graft/runtime/thread_pool.h"
 
 namespace graft::runtime {
@@ -58,17 +63,24 @@ struct KronFactors {
 
 // One term on output rows [row0, row0 + rows) of a projection.
 struct LoraTerm {
-  Tensor a;   // [r, in]
-  Tensor b;   // [rows, r] (a row slice of the adapter's B when a fused projection was split)
-  Tensor bt;  // Bᵀ [r, rows] in B's dtype (F16 widened to F32): the up-projection as r axpys
+  Tensor a;   // [r, in], as stored or in the LoraDType asked for
+  Tensor b;   // [rows, r] (a row slice of the adapter's B when a fused projection was split), as stored
+  Tensor bt;  // Bᵀ [r, rows] in B's dtype (F16 widened to F32) or the LoraDType: the up-projection
   int64_t row0 = 0;
   float scale = 1.0f;  // the adapter's own scale (alpha/r, mlx scale); the user's multiplies it
   std::shared_ptr<const DoraRows> dora;     // DoRA: set (a, b, bt as for LoRA)
   std::shared_ptr<const KronFactors> kron;  // LoKr: set instead of a, b, bt
+  std::shared_ptr<const UpQ8> up_q8;        // --lora-dtype q8_0: B in 8 bits, used instead of bt (then empty)
+  // A as a matmul operand: a Q8_0 A also laid out for the integer kernels (as the model's matrices).
+  model::Matrix down;
 
-  int64_t rows() const { return kron ? kron->rows : bt.shape[1]; }
-  // Floats of the per-row intermediate kept between the down pass and the column epilogue.
-  int64_t low_width() const { return kron ? kron->p * kron->m : a.shape[0]; }
+  int64_t rows() const { return kron ? kron->rows : up_q8 ? up_q8->rows : bt.shape[1]; }
+  // Floats of the per-row intermediate kept between the down pass and the column epilogue: x·Aᵀ
+  // [r] (F32), or with up_q8 that row rounded to 8 bits: its scale, its int32 offset, then r4 codes
+  // packed into the floats that follow (quantize_low_q8).
+  int64_t low_width() const { return kron ? kron->p * kron->m : up_q8 ? 2 + up_q8->r4 / 4 : a.shape[0]; }
+  // The bytes of its factors the forward pass reads.
+  int64_t factor_bytes() const;
 };
 
 struct LoraAdapter {
@@ -89,18 +101,35 @@ struct LoraSet {
   size_t size() const { return adapters.size(); }
 };
 
+// How the factors of LoRA, DoRA and LoHa terms are stored and computed at run time (--lora-dtype;
+// vLLM's option of that name). nullopt ("auto") keeps each factor as the file stores it (F32, F16 and
+// BF16 widen exactly; a GGUF's block-quantized factors were dequantized to F32 when read), so the
+// terms compute what PEFT, mlx-lm and LyCORIS compute. F32 widens every factor. BF16 rounds each
+// factor to BF16 (half an F32 adapter's bytes; relative error 2⁻⁹ per factor element). Q8_0 stores
+// A [r, in] and Bᵀ [r, out] in GGUF Q8_0 blocks of 32 along their rows (about a quarter of the F32
+// bytes; relative error about 1/254 of each block's largest element) and runs x·Aᵀ on the integer
+// kernels with x rounded to 8 bits per block of 32, as llama.cpp runs a `--outtype q8_0` LoRA; both
+// row lengths must then be multiples of 32. LoKr factors always stay F32.
+using LoraDType = std::optional<DType>;
+// "auto" | "f32" | "bf16" | "q8_0" (any case); anything else is a kBadRequest error naming `option`.
+LoraDType parse_lora_dtype(std::string_view name, std::string_view option = "--lora-dtype");
+std::string lora_dtype_name(LoraDType t);
+
 // Builds the unfused terms of one adapter from its bind plan (bound with strength 1 against the
 // model's bindings). Refuses, naming the module, what has no exact unfused form: diff and
 // replacement updates and biases (those fuse with --adapter), LoKr, LoHa and DoRA on the embedding,
-// and targets outside the projections.
+// and targets outside the projections; with factor_dtype Q8_0, a factor whose rows are not whole
+// blocks of 32.
 std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapterPlan& plan,
-                                                     const model::ModelConfig& config, const std::string& path);
+                                                     const model::ModelConfig& config, const std::string& path,
+                                                     LoraDType factor_dtype = std::nullopt);
 
 // Binds each adapter on its own (strength 1: the user scale is per sequence) against the model's
 // bindings under the unfused rules and builds its terms. The AdapterUse strengths are not applied
 // here; callers use them as the initial scales.
 std::shared_ptr<const LoraSet> make_lora_set(const model::ModelConfig& config, const io::TensorSource& model_source,
-                                             const std::vector<adapter::AdapterUse>& adapters);
+                                             const std::vector<adapter::AdapterUse>& adapters,
+                                             LoraDType factor_dtype = std::nullopt);
 
 // Fills every DoRA term's per-row vectors now (else the first forward pass that uses it does),
 // from `weights` (the weights the Transformer runs: dequantized rows of quantized matrices).
@@ -114,6 +143,16 @@ void prepare_lora_set(const LoraSet& set, const model::ModelWeights& weights, Th
 // seq_scales: the sequence scale of each of the n rows (DoRA forms its factor for each distinct one).
 void lora_term_down(ThreadPool& pool, const LoraTerm& t, const float* xs, int64_t n, int64_t in,
                     const model::Matrix& w, float* low, const std::vector<float>& seq_scales);
+// The same for several LoRA/LoHa/DoRA terms (no LoKr) on the same rows xs [n, in]: their A factors
+// run as one matmul_many (one activation quantization, one parallel pass over all their rows).
+// Each result equals lora_term_down's for that term alone.
+struct TermDown {
+  const LoraTerm* term;
+  const model::Matrix* w;  // its projection's weight (DoRA)
+  float* low;              // [n, low_width()]
+};
+void lora_terms_down(ThreadPool& pool, std::span<const TermDown> terms, const float* xs, int64_t n,
+                     const std::vector<float>& seq_scales);
 // Applies the term to output columns [j0, j1) of one row y (the whole row, `out` wide): LoRA/LoHa
 // y += σ·(low·Bᵀ), LoKr y += σ·low[src rows], DoRA y = f(σ) ⊙ (y + σ·(low·Bᵀ)); σ = t.scale·seq_scale.
 void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t j0, int64_t j1, float* y);
