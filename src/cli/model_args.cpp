@@ -10,6 +10,29 @@
 
 namespace graft::cli {
 
+namespace {
+// A CLI11 check from one of graft's name parsers (which throw on a name they do not know): "'x' is
+// not <what> (allowed: a, b)"; CLI11 puts the option's name in front.
+template <class Parse>
+CLI::Validator named_value(Parse parse, const std::string& what, const std::vector<std::string>& allowed) {
+  std::string list, desc;
+  for (const auto& n : allowed) {
+    list += (list.empty() ? "" : ", ") + n;
+    desc += (desc.empty() ? "" : "|") + n;
+  }
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        try {
+          parse(s);
+        } catch (const Error&) {
+          return "'" + s + "' is not " + what + " (allowed: " + list + ")";
+        }
+        return {};
+      },
+      desc);
+}
+}  // namespace
+
 void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help) {
   app.add_option("-m,--model", a.model, "Model: a Hugging Face directory (config.json, *.safetensors, tokenizer.json) or a .gguf file")
       ->required();
@@ -38,31 +61,15 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
   app.add_option("--cache-type", a.cache_type,
                  "KV cache storage for keys and values: f32 | f16 | bf16 (16-bit: half the memory and attention "
                  "bandwidth; attention computes in F32 on the rounded keys and values)")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            try {
-              runtime::parse_kv_cache_type(s);
-            } catch (const Error&) {
-              return "'" + s + "' is not a KV cache type (allowed: f32, f16, bf16)";
-            }
-            return {};
-          },
-          "f32|f16|bf16"))
+      ->check(named_value([](const std::string& s) { runtime::parse_kv_cache_type(s); }, "a KV cache type",
+                          {"f32", "f16", "bf16"}))
       ->capture_default_str();
   app.add_option("--lora-dtype", a.lora_dtype,
                  "Factors of the unfused (--lora) adapters at run time: auto (as stored: exact) | f32 | bf16 | q8_0 "
                  "(8-bit blocks as llama.cpp's q8_0 LoRA: a quarter of the F32 bytes, the down-projection on the "
                  "integer kernels)")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            try {
-              runtime::parse_lora_dtype(s);
-            } catch (const Error&) {
-              return "'" + s + "' is not an adapter factor type (allowed: auto, f32, bf16, q8_0)";
-            }
-            return {};
-          },
-          "auto|f32|bf16|q8_0"))
+      ->check(named_value([](const std::string& s) { runtime::parse_lora_dtype(s); }, "an adapter factor type",
+                          {"auto", "f32", "bf16", "q8_0"}))
       ->capture_default_str();
 }
 

@@ -19,8 +19,8 @@
 #include <array>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,11 +105,12 @@ struct LoraSet {
 // vLLM's option of that name). nullopt ("auto") keeps each factor as the file stores it (F32, F16 and
 // BF16 widen exactly; a GGUF's block-quantized factors were dequantized to F32 when read), so the
 // terms compute what PEFT, mlx-lm and LyCORIS compute. F32 widens every factor. BF16 rounds each
-// factor to BF16 (half an F32 adapter's bytes; relative error 2⁻⁹ per factor element). Q8_0 stores
-// A [r, in] and Bᵀ [r, out] in GGUF Q8_0 blocks of 32 along their rows (about a quarter of the F32
-// bytes; relative error about 1/254 of each block's largest element) and runs x·Aᵀ on the integer
-// kernels with x rounded to 8 bits per block of 32, as llama.cpp runs a `--outtype q8_0` LoRA; both
-// row lengths must then be multiples of 32. LoKr factors always stay F32.
+// factor to BF16 (half an F32 adapter's bytes; relative error 2⁻⁹ per factor element). Q8_0 (about a
+// quarter of the F32 bytes) stores A [r, in] in GGUF Q8_0 blocks of 32 along its rows (ggml's
+// quantizer: a `--outtype q8_0` file's own bytes) and runs x·Aᵀ on the integer kernels with x
+// rounded to 8 bits per block of 32, as llama.cpp runs a q8_0 LoRA; B goes to 8 bits per output row
+// (UpQ8) and each row of x·Aᵀ to 8 bits, for an exact int32 up-projection. `in` must then be a
+// multiple of 32. LoKr factors and embedding terms always stay as stored.
 using LoraDType = std::optional<DType>;
 // "auto" | "f32" | "bf16" | "q8_0" (any case); anything else is a kBadRequest error naming `option`.
 LoraDType parse_lora_dtype(std::string_view name, std::string_view option = "--lora-dtype");
@@ -118,8 +119,8 @@ std::string lora_dtype_name(LoraDType t);
 // Builds the unfused terms of one adapter from its bind plan (bound with strength 1 against the
 // model's bindings). Refuses, naming the module, what has no exact unfused form: diff and
 // replacement updates and biases (those fuse with --adapter), LoKr, LoHa and DoRA on the embedding,
-// and targets outside the projections; with factor_dtype Q8_0, a factor whose rows are not whole
-// blocks of 32.
+// and targets outside the projections; with factor_dtype Q8_0, an A whose input width is not a
+// multiple of 32.
 std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapterPlan& plan,
                                                      const model::ModelConfig& config, const std::string& path,
                                                      LoraDType factor_dtype = std::nullopt);
