@@ -136,39 +136,45 @@ void lora_term_down(ThreadPool& pool, const LoraTerm& t, const float* xs, int64_
   lora_terms_down(pool, one, xs, n, seq_scales);
 }
 
-void lora_terms_down(ThreadPool& pool, std::span<const TermDown> terms, const float* xs, int64_t n,
-                     const std::vector<float>& seq_scales) {
-  std::vector<std::vector<float>> f32(terms.size());  // x·Aᵀ of the 8-bit terms, before rounding
-  std::vector<model::Matrix> plain(terms.size());      // A of a term built without `down`
-  std::vector<MatmulTarget> mm;
-  for (size_t i = 0; i < terms.size(); ++i) {
-    const LoraTerm& t = *terms[i].term;
+TermsDown::TermsDown(ThreadPool& pool, std::span<const TermDown> terms, int64_t n, const std::vector<float>& seq_scales)
+    : terms_(terms.begin(), terms.end()), n_(n), f32_(terms.size()), plain_(terms.size()) {
+  for (size_t i = 0; i < terms_.size(); ++i) {
+    const LoraTerm& t = *terms_[i].term;
     if (t.dora) {
-      std::call_once(t.dora->once, [&] { fill_dora_rows(t, *terms[i].w, pool); });
+      std::call_once(t.dora->once, [&] { fill_dora_rows(t, *terms_[i].w, pool); });
       for (float s : seq_scales) cache_factors(*t.dora, t.scale * s);
     }
-    float* y = terms[i].low;
+    float* y = terms_[i].low;
     if (t.up_q8) {
-      f32[i].resize(static_cast<size_t>(n * t.a.shape[0]));
-      y = f32[i].data();
+      f32_[i].resize(static_cast<size_t>(n * t.a.shape[0]));
+      y = f32_[i].data();
     }
-    if (!t.down.dense.data) plain[i] = model::Matrix::of(t.a);
-    mm.push_back({t.down.dense.data ? &t.down : &plain[i], y, nullptr});
+    if (!t.down.dense.data) plain_[i] = model::Matrix::of(t.a);
+    targets_.push_back({t.down.dense.data ? &t.down : &plain_[i], y, nullptr});
   }
-  matmul_many(pool, xs, n, mm);
+}
+
+void TermsDown::finish() const {
   // The 8-bit up-projection's operand: each row of x·Aᵀ rounded to 8 bits once, here, rather than
   // in every column block of the epilogue.
-  for (size_t i = 0; i < terms.size(); ++i) {
-    const LoraTerm& t = *terms[i].term;
+  for (size_t i = 0; i < terms_.size(); ++i) {
+    const LoraTerm& t = *terms_[i].term;
     if (!t.up_q8) continue;
     const int64_t r = t.a.shape[0], width = t.low_width();
-    for (int64_t j = 0; j < n; ++j) {
-      float* row = terms[i].low + j * width;
+    for (int64_t j = 0; j < n_; ++j) {
+      float* row = terms_[i].low + j * width;
       int32_t offset = 0;
-      row[0] = quantize_low_q8(f32[i].data() + j * r, r, t.up_q8->r4, reinterpret_cast<int8_t*>(row + 2), &offset);
+      row[0] = quantize_low_q8(f32_[i].data() + j * r, r, t.up_q8->r4, reinterpret_cast<int8_t*>(row + 2), &offset);
       std::memcpy(row + 1, &offset, 4);
     }
   }
+}
+
+void lora_terms_down(ThreadPool& pool, std::span<const TermDown> terms, const float* xs, int64_t n,
+                     const std::vector<float>& seq_scales) {
+  const TermsDown d(pool, terms, n, seq_scales);
+  matmul_many(pool, xs, n, d.targets());
+  d.finish();
 }
 
 void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t j0, int64_t j1, float* y) {

@@ -1,6 +1,11 @@
 // matmul(): validation, ISA choice, threading, and the scalar reference.
+#include <immintrin.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -151,11 +156,17 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
     matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
 }
 
-void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> targets) {
-  if (targets.size() == 1) return matmul(pool, x, m, *targets[0].w, targets[0].y, false, targets[0].epilogue);
-  if (targets.empty() || m == 0) return;
+void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> main_targets,
+                 std::span<const MatmulTarget> first, const std::function<void()>& after_first) {
+  if (first.empty() && main_targets.size() == 1)
+    return matmul(pool, x, m, *main_targets[0].w, main_targets[0].y, false, main_targets[0].epilogue);
+  if (m == 0 || (first.empty() && main_targets.empty())) return;
+  std::vector<MatmulTarget> targets(first.begin(), first.end());
+  targets.insert(targets.end(), main_targets.begin(), main_targets.end());
+  const size_t n_first = first.size();
   const int64_t k = targets[0].w->cols;
-  // Each target's preparation, and its first column in the concatenated column space.
+  // Each target's preparation, and its first column in the concatenated column space (the main
+  // targets from a multiple of 16, so no unit holds columns of both kinds).
   std::vector<DType> block_types;  // of the GGUF block weights read as stored
   bool any_blocks = false, any_interleaved = false;
   std::vector<AffinePrepared> affine(targets.size());
@@ -163,6 +174,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   for (size_t i = 0; i < targets.size(); ++i) {
     const model::Matrix& w = *targets[i].w;
     if (w.cols != k) fail_as(ErrorKind::kInternal, "matmul_many: targets of ", k, " and ", w.cols, " columns");
+    if (i < n_first && targets[i].epilogue) fail_as(ErrorKind::kInternal, "matmul_many: a first target with an epilogue");
     if (w.interleaved) {  // (GGUF blocks or mlx affine: the same int8 activations)
       any_blocks = any_interleaved = true;
     } else if (w.quantized()) {
@@ -174,36 +186,62 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
     else
       check_args("matmul", x, m, k, w.dense, targets[i].y);
     start[i + 1] = start[i] + w.rows;
+    if (i + 1 == n_first) start[i + 1] = (start[i + 1] + kGroupCols - 1) / kGroupCols * kGroupCols;
   }
   const detail::Q8Kernel q8 = detail::best_q8_kernel();
   detail::Q8Activations act;
   if (any_blocks) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
   if (any_interleaved) detail::prepare_interleaved(act, q8, pool);
   const detail::Isa isa = detail::best_isa();
+  // Columns [g0, g1) of the concatenated space, each target's epilogue on its own columns.
+  auto run_cols = [&](int64_t g0, int64_t g1) {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const model::Matrix& w = *targets[i].w;
+      const int64_t j0 = std::max(g0, start[i]) - start[i], j1 = std::min(g1, start[i] + w.rows) - start[i];
+      if (j0 >= j1) continue;
+      if (w.interleaved)
+        detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
+      else if (w.quantized())
+        affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
+      else if (dtype_is_quantized(w.dense.dtype))
+        detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
+      else
+        detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
+      if (targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
+    }
+  };
   // Units of 16 columns: a cut never splits an interleaved group (targets start at multiples of 16
-  // in practice; a group cut anyway is computed twice, with the same bits).
-  const int64_t units = (start.back() + kGroupCols - 1) / kGroupCols;
+  // in practice; a group cut anyway is computed twice, with the same bits). The first targets'
+  // units are claimed one at a time from a shared counter by whichever threads run, and every chunk
+  // waits until all of them are done (and after_first has run) before its own columns: a thread
+  // only waits on units already claimed by a running thread, so it cannot wait forever even when
+  // one thread runs every chunk.
+  const int64_t first_end = start[n_first], first_units = first_end / kGroupCols;
+  const int64_t units = (start.back() - first_end + kGroupCols - 1) / kGroupCols;
   const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
+  std::atomic<int64_t> next{0}, done{0};
+  std::atomic<bool> ready{first_units == 0};
+  std::exception_ptr first_error;
+  if (first_units == 0 && after_first) after_first();
   pool.parallel_for(
-      units,
+      std::max<int64_t>(units, 1),
       [&](int64_t u0, int64_t u1) {
-        const int64_t g0 = u0 * kGroupCols, g1 = std::min(start.back(), u1 * kGroupCols);
-        for (size_t i = 0; i < targets.size(); ++i) {
-          const int64_t j0 = std::max(g0, start[i]) - start[i], j1 = std::min(g1, start[i + 1]) - start[i];
-          if (j0 >= j1) continue;
-          const model::Matrix& w = *targets[i].w;
-          if (w.interleaved)
-            detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
-          else if (w.quantized())
-            affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
-          else if (dtype_is_quantized(w.dense.dtype))
-            detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
-          else
-            detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
-          if (targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
+        for (int64_t u; (u = next.fetch_add(1, std::memory_order_relaxed)) < first_units;) {
+          run_cols(u * kGroupCols, std::min(first_end, (u + 1) * kGroupCols));
+          if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == first_units) {
+            try {
+              if (after_first) after_first();
+            } catch (...) {
+              first_error = std::current_exception();
+            }
+            ready.store(true, std::memory_order_release);
+          }
         }
+        while (!ready.load(std::memory_order_acquire)) _mm_pause();
+        run_cols(first_end + u0 * kGroupCols, std::min(start.back(), first_end + u1 * kGroupCols));
       },
       grain);
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 
 #include "graft/core/error.h"
 #include "graft/runtime/kernels.h"
@@ -135,7 +136,14 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
   };
   bool same_rows = true;  // every term on the same rows (one adapter, or all rows): one matmul_many
   for (const Active& act : active) same_rows = same_rows && act.rows == active[0].rows && !act.term->kron;
-  if (active.size() == 1) {
+  // On all rows of x (one sequence, or a batch with one adapter), the down passes run inside the
+  // projection's own matmul_many as its first targets: no dispatch of their own, x quantized once.
+  std::optional<TermsDown> inline_down;
+  if (same_rows && !active.empty() && static_cast<int64_t>(active[0].rows->rows.size()) == m) {
+    std::vector<TermDown> downs;
+    for (Active& act : active) downs.push_back({act.term, act.w, act.low.data()});
+    inline_down.emplace(pool, downs, m, active[0].rows->scales);
+  } else if (active.size() == 1) {
     down_for(0);  // one term: its own rows split over the pool
   } else if (same_rows && !active.empty()) {
     std::vector<TermDown> downs;
@@ -178,7 +186,10 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
     };
     mm[i] = {t.w, y, (t.has_bias || t.first < t.last) ? &epilogues[i] : nullptr};
   }
-  matmul_many(pool, x, m, mm);
+  if (inline_down)
+    matmul_many(pool, x, m, mm, inline_down->targets(), [&] { inline_down->finish(); });
+  else
+    matmul_many(pool, x, m, mm);
 }
 
 // Input rows: the embedding row of each token (dequantized when the embedding is quantized) plus

@@ -95,7 +95,12 @@ struct MatmulTarget {
   float* y;
   const ColumnEpilogue* epilogue = nullptr;
 };
-void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> targets);
+// `first` targets (no epilogues) are all computed before any column of `targets`, and then
+// after_first runs once: a pass the targets' epilogues depend on (an adapter's x·Aᵀ before the
+// up-projections) in the same dispatch and the same activation quantization, instead of a
+// dispatch of its own; its 16-row units are shared out among whichever threads run.
+void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> targets,
+                 std::span<const MatmulTarget> first = {}, const std::function<void()>& after_first = {});
 
 // The up-projection of an unfused adapter term on output columns [c0, c1):
 //   y[c - c0] += s · Σ_k low[k] · bt[k, c]   (k ascending, one F32 sum per column, then scaled)

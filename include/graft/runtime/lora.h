@@ -154,6 +154,22 @@ struct TermDown {
 };
 void lora_terms_down(ThreadPool& pool, std::span<const TermDown> terms, const float* xs, int64_t n,
                      const std::vector<float>& seq_scales);
+// lora_terms_down in parts, so the projection's own matmul_many can run the down passes as its
+// `first` targets (same x, same dispatch): the constructor does the per-call preparation (DoRA
+// state, buffers), targets() are the A products, finish() what must follow them (8-bit rounding).
+class TermsDown {
+ public:
+  TermsDown(ThreadPool& pool, std::span<const TermDown> terms, int64_t n, const std::vector<float>& seq_scales);
+  std::span<const MatmulTarget> targets() const { return targets_; }
+  void finish() const;
+
+ private:
+  std::vector<TermDown> terms_;
+  int64_t n_;
+  std::vector<std::vector<float>> f32_;  // x·Aᵀ of the 8-bit terms, before rounding
+  std::vector<model::Matrix> plain_;     // A of a term built without `down`
+  std::vector<MatmulTarget> targets_;
+};
 // Applies the term to output columns [j0, j1) of one row y (the whole row, `out` wide): LoRA/LoHa
 // y += σ·(low·Bᵀ), LoKr y += σ·low[src rows], DoRA y = f(σ) ⊙ (y + σ·(low·Bᵀ)); σ = t.scale·seq_scale.
 void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t j0, int64_t j1, float* y);
