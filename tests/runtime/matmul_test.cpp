@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -288,6 +290,27 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
             ASSERT_EQ(ys[i][e], refs[i][e]) << "target " << i << " m " << m << " threads " << threads << " at " << e;
           for (int c : seen[i]) ASSERT_EQ(c, 1) << "target " << i;
         }
+        // The same weights as `first` targets (without epilogues) before a main target: each first
+        // output is complete and exact when after_first runs (once), before any main epilogue,
+        // whatever the row counts (9, 13, 5: not multiples of 16).
+        const model::Matrix& last = set.back();
+        std::vector<float> y_main(static_cast<size_t>(m * last.rows), -7.0f);
+        std::vector<std::vector<float>> y_first;
+        std::vector<MatmulTarget> first;
+        for (size_t i = 0; i + 1 < set.size(); ++i) y_first.emplace_back(ys[i].size(), -7.0f);
+        for (size_t i = 0; i + 1 < set.size(); ++i) first.push_back({&set[i], y_first[i].data(), nullptr});
+        std::atomic<int> after_calls{0}, main_before_after{0};
+        const ColumnEpilogue main_ep = [&](int64_t, int64_t) {
+          if (after_calls.load() == 0) ++main_before_after;
+        };
+        const MatmulTarget main[] = {{&last, y_main.data(), &main_ep}};
+        matmul_many(pool, x.data(), m, main, first, [&] {
+          for (size_t i = 0; i < y_first.size(); ++i) EXPECT_EQ(y_first[i], refs[i]) << "first target " << i;
+          ++after_calls;
+        });
+        EXPECT_EQ(after_calls.load(), 1);
+        EXPECT_EQ(main_before_after.load(), 0);
+        EXPECT_EQ(y_main, refs.back());
       }
     }
 }
