@@ -62,7 +62,8 @@ Transformer::Transformer(const model::ModelConfig& config, const model::ModelWei
 // up-projections are applied by the worker that computed each block of output columns, right
 // after its base product and the bias (PEFT and mlx-lm add the term to the biased output), so
 // the adapter adds no pass over y and no extra thread dispatch. Projections of one x (q/k/v,
-// gate/up) share the gathered rows, one dispatch for all their down passes and one matmul_many.
+// gate/up) share the gathered rows, one dispatch for all their down passes and one matmul_many;
+// when the adapters' rows are all of x, the down passes are that matmul_many's first targets.
 void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
                           const RowGroups& groups) {
   const Projection ps[] = {p};
