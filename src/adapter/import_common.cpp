@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "graft/core/ascii.h"
 #include "graft/io/json_file.h"
 
 #include <new>
@@ -282,8 +283,7 @@ WeightAdapter read_weight_adapter(const std::string& path) {
          kWhatGraftReads);
   }
   if (!file_exists(path)) fail("'", path, "': no such file or directory; ", kWhatGraftReads);
-  std::string lower = std::filesystem::path(path).filename().string();
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string lower = ascii_lower(std::filesystem::path(path).filename().string());
   if (ends_with(lower, ".safetensors")) return import_single_file(path);
   if (ends_with(lower, ".gguf")) return import_gguf(path);
   for (const char* ext : {".bin", ".pt", ".pth", ".ckpt", ".pkl"})

@@ -1,9 +1,9 @@
 #include "graft/runtime/kv_cache.h"
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 
+#include "graft/core/ascii.h"
 #include "graft/core/error.h"
 #include "graft/core/tensor.h"
 #include "graft/runtime/ops.h"
@@ -11,8 +11,7 @@
 namespace graft::runtime {
 
 DType parse_kv_cache_type(std::string_view name, std::string_view option) {
-  std::string s(name);
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string s = ascii_lower(name);
   if (s == "f32") return DType::F32;
   if (s == "f16") return DType::F16;
   if (s == "bf16") return DType::BF16;

@@ -1,9 +1,9 @@
 #include "graft/runtime/lora.h"
 
-#include <cctype>
 #include <cstring>
 #include <sstream>
 
+#include "graft/core/ascii.h"
 #include "graft/core/convert.h"
 #include "graft/core/error.h"
 #include "graft/core/gguf_quantize.h"
@@ -158,8 +158,7 @@ int64_t LoraTerm::factor_bytes() const {
 }
 
 LoraDType parse_lora_dtype(std::string_view name, std::string_view option) {
-  std::string s(name);
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string s = ascii_lower(name);
   if (s == "auto") return std::nullopt;
   if (s == "f32") return DType::F32;
   if (s == "bf16") return DType::BF16;
@@ -238,12 +237,8 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
       if (factor_dtype && !t.kron) {
         t.a = factor_in(t.a, *factor_dtype, "A [r, in]", tensor, path);
         if (*factor_dtype == DType::Q8_0) {
-          const int64_t rows = t.bt.shape[1], r = t.bt.shape[0];
-          const std::vector<float> bt = rows_to_f32(t.bt, 0, r);
-          std::vector<float> b(bt.size());
-          for (int64_t k = 0; k < r; ++k)
-            for (int64_t o = 0; o < rows; ++o) b[static_cast<size_t>(o * r + k)] = bt[static_cast<size_t>(k * rows + o)];
-          t.up_q8 = std::make_shared<const UpQ8>(quantize_up_q8(b.data(), rows, r));
+          const int64_t rows = t.b.shape[0], r = t.b.shape[1];
+          t.up_q8 = std::make_shared<const UpQ8>(quantize_up_q8(rows_to_f32(t.b, 0, rows).data(), rows, r));
           t.bt = Tensor();
           t.down = model::Matrix::of(t.a);
           t.down.interleaved = interleave_enabled(DType::Q8_0) ? interleave_blocks(t.a) : nullptr;

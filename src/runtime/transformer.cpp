@@ -140,17 +140,16 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
   // On all rows of x (one sequence, or a batch with one adapter), the down passes run inside the
   // projection's own matmul_many as its first targets: no dispatch of their own, x quantized once.
   std::optional<TermsDown> inline_down;
-  if (same_rows && !active.empty() && static_cast<int64_t>(active[0].rows->rows.size()) == m) {
+  if (same_rows && !active.empty()) {
     std::vector<TermDown> downs;
     for (Active& act : active) downs.push_back({act.term, act.w, act.low.data()});
-    inline_down.emplace(pool, downs, m, active[0].rows->scales);
+    const int64_t n = static_cast<int64_t>(active[0].rows->rows.size());
+    if (n == m)
+      inline_down.emplace(pool, downs, m, active[0].rows->scales);
+    else
+      lora_terms_down(pool, downs, active[0].xs, n, active[0].rows->scales);
   } else if (active.size() == 1) {
-    down_for(0);  // one term: its own rows split over the pool
-  } else if (same_rows && !active.empty()) {
-    std::vector<TermDown> downs;
-    for (Active& act : active) downs.push_back({act.term, act.w, act.low.data()});
-    lora_terms_down(pool, downs, active[0].xs, static_cast<int64_t>(active[0].rows->rows.size()),
-                    active[0].rows->scales);
+    down_for(0);  // one LoKr term: its own rows split over the pool
   } else if (!active.empty()) {
     // Several terms (adapters mixed in a server step, or several projections): one dispatch for
     // all their down passes, each run whole by one thread (a nested parallel_for runs inline; the
