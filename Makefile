@@ -11,7 +11,7 @@ LAUNCHER := $(shell command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LA
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev \
-                libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev zlib1g-dev \
+                libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev zlib1g-dev libssl-dev \
                 python3 python3-pip python3-venv
 
 .PHONY: all deps build asan models pyenv demo test test-fast bench clean fuzz
@@ -44,10 +44,11 @@ $(MODEL):
 	rm -rf models/.download
 
 # The Python packages the server's end-to-end tests drive it with (real clients), in a project-local
-# virtual environment: requests, the openai client, pytest.
-PY_TEST_PACKAGES := requests openai pytest
+# virtual environment: requests, the openai client, pytest; prometheus_client parses /metrics as a
+# router would, PyYAML reads the deploy/ manifests.
+PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml
 pyenv: .venv/.ready
-.venv/.ready:
+.venv/.ready: Makefile
 	python3 -m venv .venv
 	.venv/bin/python -m pip install --quiet --disable-pip-version-check $(PY_TEST_PACKAGES)
 	touch $@

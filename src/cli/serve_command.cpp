@@ -1,5 +1,7 @@
 // graft serve: the llama-server compatible HTTP server (src/server/). Options follow
 // llama-server's spellings; the model options are generate's.
+#include <filesystem>
+
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "graft/core/error.h"
@@ -14,12 +16,39 @@ struct ServeArgs {
   server::ServerOptions server;
   std::vector<std::string> loras, loras_scaled;
   bool init_without_apply = false;
+  int64_t max_loras_resident = 0, lora_memory_mb = 0;
 };
+
+// "NAME=PATH" (vLLM's --lora-modules form) when the part before '=' is a plain name and the whole
+// argument is not itself an existing path; else the argument is a path with no name.
+std::pair<std::string, std::string> named(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0 || std::filesystem::exists(arg)) return {"", arg};
+  const std::string name = arg.substr(0, eq);
+  if (name.find('/') != std::string::npos) return {"", arg};
+  return {name, arg.substr(eq + 1)};
+}
 
 int run_serve(ServeArgs& a) {
   engine::EngineOptions o = engine_options(a.model);
-  // Every adapter argument and file is read and checked before anything is bound.
-  o.adapters = read_adapters(adapter_args(a.loras, "--lora", a.loras_scaled, "--lora-scaled"));
+  // Every adapter argument and file is read and checked before anything is bound. Named adapters
+  // start at scale 0 (chosen per request by `model` or `lora`) unless --lora-scaled gives one.
+  std::vector<AdapterArg> args;
+  for (const auto& item : split_adapter_list(a.loras, "--lora")) {
+    auto [name, path] = named(item);
+    args.push_back({path, name.empty() ? 1.0f : 0.0f});
+    o.adapter_names.push_back(name);
+  }
+  for (const auto& item : split_adapter_list(a.loras_scaled, "--lora-scaled")) {
+    auto [name, rest] = named(item);
+    args.push_back(parse_scaled_adapter_arg(rest));
+    o.adapter_names.push_back(name);
+  }
+  o.adapters = read_adapters(args);
+  if (a.max_loras_resident < 0 || a.lora_memory_mb < 0)
+    fail_as(ErrorKind::kBadRequest, "--max-loras-resident and --lora-memory must be >= 0 (0: no limit)");
+  o.residency.max_adapters = a.max_loras_resident;
+  o.residency.max_bytes = a.lora_memory_mb << 20;
   o.fuse = a.server.fuse;
   o.init_without_apply = a.init_without_apply;
   a.server.ctx_size = a.model.ctx_size;
@@ -50,15 +79,29 @@ Runner add_serve_command(CLI::App& app) {
   app.add_flag("--metrics", s.metrics, "Serve Prometheus metrics at GET /metrics");
   app.add_option("--lora,--adapter", a->loras,
                  "Adapter(s) served with live scales (ids in command-line order): DIR[,DIR...] (PEFT, mlx-lm, "
-                 "kohya/ComfyUI, LyCORIS)");
-  app.add_option("--lora-scaled", a->loras_scaled, "Adapter(s) with a default scale: DIR:SCALE[,DIR:SCALE...]");
+                 "kohya/ComfyUI, LyCORIS, GGUF), default scale 1, named by the last path component; or "
+                 "NAME=DIR: default scale 0, chosen per request with \"model\": \"NAME\"");
+  app.add_option("--lora-scaled", a->loras_scaled,
+                 "Adapter(s) with a default scale: [NAME=]DIR:SCALE[,[NAME=]DIR:SCALE...]");
+  app.add_flag("--allow-runtime-lora", s.allow_runtime_lora,
+               "Enable POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's routes; needs --lora-root)");
+  app.add_option("--lora-root", s.lora_root,
+                 "Directory every runtime lora_path must resolve inside (relative paths are taken from it)");
+  app.add_option("--lora-dir", s.lora_dir,
+                 "Resolve an unknown \"model\" name NAME to the adapter DIR/NAME, loaded on first use");
+  app.add_option("--max-loras-resident", a->max_loras_resident,
+                 "Adapters whose terms stay built in memory (0: all); beyond it the least recently used idle "
+                 "ones keep only their mapped files and are rebuilt on use")
+      ->capture_default_str();
+  app.add_option("--lora-memory", a->lora_memory_mb, "Megabytes of built adapter terms kept resident (0: no limit)")
+      ->capture_default_str();
   app.add_flag("--lora-init-without-apply", a->init_without_apply,
                "Load the adapters with every default scale at 0 (set them with POST /lora-adapters)");
   app.add_flag("--lora-fuse", s.fuse,
                "Bake the adapters into the weights at load (no decode cost; scales fixed for the process)");
   app.footer(
       "Routes: /health /completion /v1/completions /v1/chat/completions /v1/models /tokenize /detokenize /props\n"
-      "/lora-adapters /metrics (docs/SERVER.md).\n"
+      "/lora-adapters /metrics /v1/load_lora_adapter /v1/unload_lora_adapter (docs/SERVER.md).\n"
       "Example: graft serve -m models/SmolLM2-135M-Instruct.Q4_1.gguf --lora demo/adapters/pirate-peft --port 8080");
   return [a] { return run_serve(*a); };
 }

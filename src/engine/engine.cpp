@@ -1,5 +1,7 @@
 #include "graft/engine/engine.h"
 
+#include <filesystem>
+
 #include "graft/core/error.h"
 #include "graft/model/model_adapters.h"
 #include "graft/runtime/kernels.h"
@@ -8,10 +10,22 @@ namespace graft::engine {
 
 namespace {
 
-std::vector<AdapterInfo> adapter_infos(const EngineOptions& o) {
+// The name of startup adapter i: given, or the path's last component (made unique with "-<id>").
+std::string adapter_name(const EngineOptions& o, size_t i, const std::vector<std::string>& taken) {
+  if (i < o.adapter_names.size() && !o.adapter_names[i].empty()) return o.adapter_names[i];
+  std::string name = std::filesystem::path(o.adapters[i].adapter->path).lexically_normal().filename().string();
+  if (name.empty()) name = std::filesystem::path(o.adapters[i].adapter->path).parent_path().filename().string();
+  if (name.empty() || std::find(taken.begin(), taken.end(), name) != taken.end()) name += "-" + std::to_string(i);
+  return name;
+}
+
+std::vector<AdapterInfo> adapter_infos(const EngineOptions& o, bool digests = true) {
   std::vector<AdapterInfo> infos;
+  std::vector<std::string> names;
   for (const auto& u : o.adapters) {
     AdapterInfo a;
+    a.name = adapter_name(o, infos.size(), names);
+    names.push_back(a.name);
     a.path = u.adapter->path;
     a.scale = o.init_without_apply ? 0.0f : u.strength;
     const auto& md = u.adapter->metadata;
@@ -19,7 +33,7 @@ std::vector<AdapterInfo> adapter_infos(const EngineOptions& o) {
       if (auto it = md.find(k); it != md.end()) a.task_name = it->second;
     for (const char* k : {"prompt_prefix", "adapter.lora.prompt_prefix"})
       if (auto it = md.find(k); it != md.end()) a.prompt_prefix = it->second;
-    a.content_digest = content_digest(a.path);
+    if (digests) a.content_digest = content_digest(a.path);
     infos.push_back(std::move(a));
   }
   return infos;
@@ -40,31 +54,65 @@ model::LoadedModel load(const EngineOptions& o, runtime::ThreadPool& pool) {
 
 std::shared_ptr<const runtime::LoraSet> unfused_set(const EngineOptions& o, const model::LoadedModel& m,
                                                     runtime::ThreadPool& pool) {
-  if (o.fuse || o.adapters.empty()) return nullptr;
+  if (o.fuse || o.adapters.empty() || o.dynamic_adapters) return nullptr;
   auto set = runtime::make_lora_set(m.config, *m.source, o.adapters, o.lora_dtype);
   runtime::prepare_lora_set(*set, m.weights, pool);  // DoRA row norms once, at load
   return set;
 }
 
-}  // namespace
+std::unique_ptr<AdapterRegistry> make_registry(const EngineOptions& o, const Engine& engine,
+                                              std::shared_ptr<const runtime::LoraSet> set) {
+  if (!o.dynamic_adapters) return std::make_unique<AdapterRegistry>(adapter_infos(o), std::move(set), o.fuse);
+  auto r = std::make_unique<AdapterRegistry>(
+      [&engine](const adapter::AdapterUse& u) { return engine.build_adapter(u); }, o.residency);
+  // One at a time, each within the budget: a thousand startup adapters never all sit in memory.
+  const std::vector<AdapterInfo> infos = adapter_infos(o, false);  // add() takes the digests
+  for (size_t i = 0; i < o.adapters.size(); ++i) r->add(infos[i].name, o.adapters[i].adapter, infos[i].scale);
+  return r;
+}
 
-void Engine::check(const EngineOptions& o) {
+void check_options(const EngineOptions& o) {
   if (o.fuse && o.init_without_apply)
     fail_as(ErrorKind::kBadRequest,
             "--lora-init-without-apply and --lora-fuse exclude each other: fused adapters cannot start at scale 0");
+  if (o.fuse && o.dynamic_adapters)
+    fail_as(ErrorKind::kInternal, "engine: dynamic adapters and fusion exclude each other");
+  std::vector<std::string> names;
+  for (size_t i = 0; i < o.adapters.size(); ++i) {
+    const std::string n = adapter_name(o, i, names);
+    if (std::find(names.begin(), names.end(), n) != names.end())
+      fail_as(ErrorKind::kBadRequest, "two adapters are named '", n, "'; every adapter name must be unique");
+    names.push_back(n);
+  }
+}
+
+}  // namespace
+
+void Engine::check(const EngineOptions& o) {
+  check_options(o);
   const model::ModelSource src = model::open_model_source(o.model);
   std::vector<adapter::AdapterUse> fused = o.load.fused_adapters;
   if (o.fuse) fused.insert(fused.end(), o.adapters.begin(), o.adapters.end());
   if (!fused.empty())
     model::bind_model_adapters(src.config, *src.source, fused, model::AdapterPath::Fused, {}, true);
-  if (!o.fuse && !o.adapters.empty()) runtime::make_lora_set(src.config, *src.source, o.adapters, o.lora_dtype);
+  // One adapter at a time: the terms of each are dropped before the next is built.
+  if (!o.fuse)
+    for (const auto& u : o.adapters) runtime::make_lora_set(src.config, *src.source, {u}, o.lora_dtype);
 }
 
 Engine::Engine(EngineOptions options)
     : pool_(options.threads),
-      model_(load(options, pool_)),
-      registry_(adapter_infos(options), unfused_set(options, model_, pool_), options.fuse),
+      model_((check_options(options), load(options, pool_))),
+      lora_dtype_(options.lora_dtype),
+      registry_(make_registry(options, *this, unfused_set(options, model_, pool_))),
       transformer_(std::make_unique<runtime::Transformer>(model_.config, model_.weights,
-                                                          registry_.shared_set())) {}
+                                                          registry_->shared_set())) {}
+
+std::shared_ptr<const runtime::LoraAdapter> Engine::build_adapter(const adapter::AdapterUse& use) const {
+  auto set = runtime::make_lora_set(model_.config, *model_.source, {adapter::AdapterUse{use.adapter, 1.0f}}, lora_dtype_);
+  runtime::ThreadPool one(1);  // the engine's pool belongs to the batching thread
+  runtime::prepare_lora_set(*set, model_.weights, one);
+  return set->adapters.at(0);
+}
 
 }  // namespace graft::engine

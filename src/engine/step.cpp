@@ -1,8 +1,53 @@
 #include "graft/engine/step.h"
 
 #include <algorithm>
+#include <map>
 
 namespace graft::engine {
+
+namespace {
+
+// The pass's adapter set when sequences bring their own: every distinct adapter of the batch once,
+// in `order`, and each sequence's scales re-indexed into it. A sequence with only lora_scales (into
+// the engine's set) takes adapter i of that set at order i.
+struct MergedAdapters {
+  runtime::LoraSet set;
+  std::vector<std::vector<float>> scales;  // per chosen sequence
+};
+
+MergedAdapters merge_adapters(const runtime::LoraSet& engine_set, std::span<Sequence* const> sequences,
+                              const std::vector<size_t>& chosen) {
+  auto own = [&](const Sequence& s) {
+    std::vector<SequenceAdapter> a = s.params().adapters;
+    if (a.empty())
+      for (size_t i = 0; i < s.params().lora_scales.size(); ++i)
+        a.push_back({engine_set.adapters[i], s.params().lora_scales[i], static_cast<int64_t>(i)});
+    return a;
+  };
+  std::map<std::pair<int64_t, const runtime::LoraAdapter*>, size_t> index;
+  std::vector<std::shared_ptr<const runtime::LoraAdapter>> held;
+  for (size_t i : chosen)
+    for (const auto& a : own(*sequences[i]))
+      if (a.scale != 0.0f && index.emplace(std::make_pair(a.order, a.terms.get()), 0).second) held.push_back(a.terms);
+  MergedAdapters m;
+  for (auto& [key, pos] : index) {
+    pos = m.set.adapters.size();
+    for (const auto& h : held)
+      if (h.get() == key.second) {
+        m.set.adapters.push_back(h);
+        break;
+      }
+  }
+  for (size_t i : chosen) {
+    std::vector<float> sc(m.set.size(), 0.0f);
+    for (const auto& a : own(*sequences[i]))
+      if (a.scale != 0.0f) sc[index.at({a.order, a.terms.get()})] = a.scale;
+    m.scales.push_back(std::move(sc));
+  }
+  return m;
+}
+
+}  // namespace
 
 StepResult run_step(runtime::ThreadPool& pool, runtime::Transformer& model, const runtime::LoraSet& loras,
                     std::span<Sequence* const> sequences, int64_t token_budget) {
@@ -42,7 +87,14 @@ StepResult run_step(runtime::ThreadPool& pool, runtime::Transformer& model, cons
     else res.decode_tokens += counts[i];
   }
   if (inputs.empty()) return res;
-  const std::vector<float> logits = model.forward(pool, inputs, loras);
+  const bool own = std::any_of(chosen.begin(), chosen.end(),
+                               [&](size_t i) { return !sequences[i]->params().adapters.empty(); });
+  MergedAdapters merged;
+  if (own) {
+    merged = merge_adapters(loras, sequences, chosen);
+    for (size_t k = 0; k < inputs.size(); ++k) inputs[k].lora_scales = merged.scales[k];
+  }
+  const std::vector<float> logits = model.forward(pool, inputs, own ? merged.set : loras);
   const int64_t vocab = model.config().vocab_size;
   int64_t row = 0;
   for (size_t k = 0; k < chosen.size(); ++k) {

@@ -206,6 +206,7 @@ ApiError api_error(int status, const std::string& type, const std::string& messa
 }
 
 ApiError api_error(const std::exception& e) {
+  if (const auto* he = dynamic_cast<const HttpError*>(&e)) return api_error(he->status(), he->type(), e.what());
   if (const auto* ge = dynamic_cast<const Error*>(&e)) {
     switch (ge->kind()) {
       case ErrorKind::kBadInput:

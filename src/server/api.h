@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,19 @@ std::vector<engine::ScaleEntry> parse_lora_list(const json& value, const std::st
 struct ApiError {
   int status;
   json body;
+};
+// An error with its HTTP status and llama-server type decided where it is raised (403 for a path
+// outside --lora-root, 404 for an unknown model name, ...).
+class HttpError : public std::runtime_error {
+ public:
+  HttpError(int status, std::string type, const std::string& message)
+      : std::runtime_error(message), status_(status), type_(std::move(type)) {}
+  int status() const { return status_; }
+  const std::string& type() const { return type_; }
+
+ private:
+  int status_;
+  std::string type_;
 };
 ApiError api_error(int status, const std::string& type, const std::string& message);
 ApiError api_error(const std::exception& e);  // graft::Error by kind; anything else a 500

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "graft/core/error.h"
+#include "graft/engine/adapter_registry.h"
 #include "graft/engine/sequence.h"
 
 namespace graft::server {
@@ -38,9 +39,11 @@ struct JobEvent {
 
 struct CompletionJob {
   std::vector<int32_t> prompt;
-  engine::SequenceParams params;    // lora_scales: what the forward pass takes (resolved at admission)
-  std::vector<float> resolved;      // the resolved scale vector (for the cache key and metrics)
-  uint64_t adapter_digest = 0;
+  engine::SequenceParams params;    // its adapters are filled from `adapters` when it starts
+  // Resolved at admission (its snapshot): the adapters it runs with and the cache key of that
+  // setting. The scheduler's loader builds the terms of any not resident before it can start.
+  engine::Selection adapters;
+  bool adapters_ready = false;      // set by the scheduler (under its lock) once every pick is built
   bool cache_prompt = true;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::atomic<bool> cancelled{false};

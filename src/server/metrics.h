@@ -10,6 +10,8 @@
 
 namespace graft::server {
 
-std::string prometheus_text(const SchedulerStats& s, const std::vector<engine::AdapterInfo>& adapters);
+// max_lora: the most adapters resident at once (--max-loras-resident, else --parallel).
+std::string prometheus_text(const SchedulerStats& s, const std::vector<engine::AdapterInfo>& adapters,
+                            const engine::RegistryStats& registry, int64_t max_lora);
 
 }  // namespace graft::server

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <ctime>
 #include <random>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/server.h"
+#include "server/state.h"
 
 namespace graft::server {
 
@@ -24,18 +26,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Everything the routes share; the engine and scheduler exist once the model is loaded.
-struct State {
-  ServerOptions opts;
-  std::string model_path, model_name;
-  std::atomic<bool> ready{false};
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<Scheduler> scheduler;
-  std::unique_ptr<text::ChatPrompt> chat;
-  int64_t slot_ctx = 0;
-  int64_t created = std::time(nullptr);
-  std::string lora_dtype = "auto";  // --lora-dtype
-};
+std::string truncated(const std::string& s, size_t n = 200) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
+
+}  // namespace
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -44,22 +37,22 @@ void send_json(httplib::Response& res, int status, const json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.body); }
 
-// Errors from the adapter registry: under --lora-fuse a change of scales is a 400
-// not_supported_error (the request is wrong for this server, not the server incapable).
-ApiError registry_error(const std::exception& e) {
-  const auto* ge = dynamic_cast<const Error*>(&e);
-  if (ge && ge->kind() == ErrorKind::kUnsupported) return api_error(400, "not_supported_error", e.what());
-  return api_error(e);
-}
-
-std::string truncated(const std::string& s, size_t n = 200) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
-
 json parse_body(const httplib::Request& req) {
   try {
     return json::parse(req.body);
   } catch (const json::exception& e) {  // parse errors, and numbers beyond double (1e999)
     fail_as(ErrorKind::kBadRequest, "the request body is not valid JSON: ", truncated(e.what()));
   }
+}
+
+namespace {
+
+// Errors from the adapter registry: under --lora-fuse a change of scales is a 400
+// not_supported_error (the request is wrong for this server, not the server incapable).
+ApiError registry_error(const std::exception& e) {
+  const auto* ge = dynamic_cast<const Error*>(&e);
+  if (ge && ge->kind() == ErrorKind::kUnsupported) return api_error(400, "not_supported_error", e.what());
+  return api_error(e);
 }
 
 std::string random_id(const char* prefix) {
@@ -106,14 +99,13 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
                                          "shorten the prompt"));
   if (req.prompt.empty()) return send_error(res, api_error(400, "invalid_request_error", "the prompt is empty"));
   try {
-    job->resolved = eng.adapters().resolve(req.lora);
+    // `model` naming an adapter selects it (vLLM); `lora` scales override (docs/SERVER.md).
+    job->adapters = eng.adapters().select(model_adapter(st, req.model), req.lora);
   } catch (const std::exception& e) {
     return send_error(res, registry_error(e));
   }
   job->prompt = req.prompt;
   job->params = req.params;
-  job->params.lora_scales = eng.adapters().forward_scales(job->resolved);
-  job->adapter_digest = eng.adapters().digest(job->resolved);
   job->cache_prompt = req.cache_prompt;
   job->deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(st.opts.timeout_s * 1e3));
   try {
@@ -240,8 +232,10 @@ void add_routes(httplib::Server& svr, State& st) {
                 {"n_params", parameter_count(m.config)},
                 {"size", bytes}};
       json entry{{"id", st.model_name}, {"object", "model"}, {"created", st.created}, {"owned_by", "llamacpp"},
-                 {"meta", meta}};
-      send_json(res, 200, json{{"object", "list"}, {"data", json::array({entry})}});
+                 {"root", st.model_path}, {"parent", nullptr}, {"meta", meta}};
+      json data = json::array({entry});
+      for (auto& a : adapter_model_entries(st)) data.push_back(std::move(a));
+      send_json(res, 200, json{{"object", "list"}, {"data", data}});
     });
 
   svr.Get("/props", [&st](const httplib::Request&, httplib::Response& res) {
@@ -317,8 +311,10 @@ void add_routes(httplib::Server& svr, State& st) {
   svr.Get("/lora-adapters", [&st](const httplib::Request&, httplib::Response& res) {
     json out = json::array();
     for (const auto& a : st.engine->adapters().list())
-      out.push_back(json{{"id", a.id}, {"path", a.path}, {"scale", a.scale}, {"task_name", a.task_name},
-                         {"prompt_prefix", a.prompt_prefix}});
+      out.push_back(json{{"id", a.id}, {"name", a.name}, {"path", a.path}, {"scale", a.scale},
+                         {"task_name", a.task_name}, {"prompt_prefix", a.prompt_prefix},
+                         {"generation", a.generation}, {"resident", a.resident}, {"rank", a.rank},
+                         {"bytes", a.bytes}, {"digest", "sha256:" + engine::digest_hex(a.content_digest)}});
     send_json(res, 200, out);
   });
   svr.Post("/lora-adapters", [&st](const httplib::Request& q, httplib::Response& res) {
@@ -336,7 +332,9 @@ void add_routes(httplib::Server& svr, State& st) {
     if (!st.opts.metrics)
       return send_error(res, api_error(501, "not_supported_error",
                                        "This server does not support metrics endpoint. Start it with `--metrics`"));
-    res.set_content(prometheus_text(st.scheduler->stats(), st.engine->adapters().list()),
+    const auto& reg = st.engine->adapters();
+    const int64_t max_lora = reg.limits().max_adapters > 0 ? reg.limits().max_adapters : st.opts.parallel;
+    res.set_content(prometheus_text(st.scheduler->stats(), reg.list(), reg.stats(), max_lora),
                     "text/plain; version=0.0.4");
   });
 }
@@ -393,6 +391,18 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   if (o.port < 0 || o.port > 65535) fail_as(ErrorKind::kBadRequest, "--port must be in [0, 65535], got ", o.port);
   if (!(o.timeout_s > 0)) fail_as(ErrorKind::kBadRequest, "--timeout must be > 0 seconds");
   if (o.batch_size < 1) fail_as(ErrorKind::kBadRequest, "--batch-size must be >= 1, got ", o.batch_size);
+  if (o.allow_runtime_lora && o.lora_root.empty())
+    fail_as(ErrorKind::kBadRequest, "--allow-runtime-lora needs --lora-root DIR: the directory runtime adapter paths must "
+                                    "stay inside");
+  if (!o.lora_root.empty() && !o.allow_runtime_lora)
+    fail_as(ErrorKind::kBadRequest, "--lora-root is only used with --allow-runtime-lora");
+  for (const auto& [opt, dir] : {std::pair{"--lora-root", o.lora_root}, std::pair{"--lora-dir", o.lora_dir}})
+    if (!dir.empty() && !std::filesystem::is_directory(dir))
+      fail_as(ErrorKind::kBadRequest, opt, " '", dir, "' is not a directory");
+  if (o.fuse && (o.allow_runtime_lora || !o.lora_dir.empty() || eo.residency.max_adapters || eo.residency.max_bytes))
+    fail_as(ErrorKind::kBadRequest, "--lora-fuse bakes the startup adapters into the weights: it excludes "
+                                    "--allow-runtime-lora, --lora-dir, --max-loras-resident and --lora-memory");
+  eo.dynamic_adapters = !o.fuse;
   engine::Engine::check(eo);  // bad adapters are startup errors, before anything is bound
 
   State st;
@@ -412,6 +422,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   svr.set_write_timeout(secs, 0);
   add_guards(svr, st);
   add_routes(svr, st);
+  add_adapter_routes(svr, st);
   int port = o.port;
   if (port == 0) {
     port = svr.bind_to_any_port(o.host);
@@ -440,9 +451,14 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
       so.cache_type = o.cache_type;
       st.scheduler = std::make_unique<Scheduler>(*st.engine, so);
       st.ready = true;
-      const std::string how = st.engine->adapters().fused()       ? ", fused"
-                              : st.engine->adapters().size() == 0 ? ""
-                                                                  : ", factors " + st.lora_dtype;
+      std::string how = st.engine->adapters().fused()       ? ", fused"
+                        : st.engine->adapters().size() == 0 ? ""
+                                                            : ", factors " + st.lora_dtype;
+      const auto& lim = st.engine->adapters().limits();
+      if (lim.max_adapters > 0) how += ", at most " + std::to_string(lim.max_adapters) + " resident";
+      if (lim.max_bytes > 0) how += ", resident terms <= " + std::to_string(lim.max_bytes >> 20) + " MiB";
+      if (o.allow_runtime_lora) how += ", runtime loading from " + o.lora_root;
+      if (!o.lora_dir.empty()) how += ", --lora-dir " + o.lora_dir;
       std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s)\n", o.parallel,
                    static_cast<long long>(st.slot_ctx), std::string(runtime::kv_cache_type_name(o.cache_type)).c_str(),
                    st.engine->adapters().size(), how.c_str());

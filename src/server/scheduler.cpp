@@ -30,9 +30,9 @@ JobEvent error_event(ErrorKind kind, const std::string& message) {
 Scheduler::Scheduler(engine::Engine& engine, SchedulerOptions options) : engine_(engine), opts_(options) {
   slots_.resize(static_cast<size_t>(std::max(1, opts_.parallel)));
   for (auto& s : slots_) s.cache = std::make_unique<runtime::KVCache>(engine_.model().config, opts_.slot_ctx, opts_.cache_type);
-  stats_.adapter_requests.assign(engine_.adapters().size(), 0);
   stats_.kv_capacity = opts_.slot_ctx * static_cast<int64_t>(slots_.size());
   thread_ = std::thread([this] { loop(); });
+  loader_ = std::thread([this] { load_loop(); });
 }
 
 Scheduler::~Scheduler() { stop(); }
@@ -44,10 +44,51 @@ void Scheduler::submit(std::shared_ptr<CompletionJob> job) {
     if (queue_.size() >= opts_.queue_size)
       fail_as(ErrorKind::kLimit, "the request queue is full (", opts_.queue_size, " waiting beyond ", slots_.size(),
               " slots); retry later");
+    job->adapters_ready = job->adapters.ready();
+    if (!job->adapters_ready) to_load_.push_back(job);
     queue_.push_back(std::move(job));
     stats_.deferred = static_cast<int64_t>(queue_.size());
   }
   cv_.notify_all();
+  load_cv_.notify_all();
+}
+
+void Scheduler::load_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    load_cv_.wait(lock, [&] { return stopping_ || !to_load_.empty(); });
+    if (stopping_) return;
+    std::shared_ptr<CompletionJob> job = to_load_.front();
+    to_load_.pop_front();
+    if (job->cancelled) continue;  // admit() answers it
+    engine::Selection sel = job->adapters;  // built outside the lock, on a copy
+    lock.unlock();
+    std::string error;
+    ErrorKind kind = ErrorKind::kInternal;
+    try {
+      engine_.adapters().make_resident(sel);
+    } catch (const Error& e) {
+      error = e.what();
+      kind = e.kind();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    lock.lock();
+    if (error.empty()) {
+      job->adapters = std::move(sel);
+      job->adapters_ready = true;
+    } else {
+      auto it = std::find(queue_.begin(), queue_.end(), job);
+      if (it != queue_.end()) queue_.erase(it);
+      stats_.deferred = static_cast<int64_t>(queue_.size());
+      job->push(error_event(kind, "loading adapter(s) " + [&] {
+        std::string n;
+        for (const auto& name : sel.names()) n += (n.empty() ? "'" : ", '") + name + "'";
+        return n;
+      }() + ": " + error));
+    }
+    cv_.notify_all();
+  }
 }
 
 void Scheduler::stop() {
@@ -56,42 +97,65 @@ void Scheduler::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  load_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (loader_.joinable()) loader_.join();
 }
 
 SchedulerStats Scheduler::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  SchedulerStats s = stats_;
+  std::set<std::string> running, waiting;
+  for (const auto& slot : slots_)
+    if (slot.job)
+      for (const auto& p : slot.job->adapters.picks) running.insert(p.name);
+  for (const auto& j : queue_) {
+    for (const auto& p : j->adapters.picks) waiting.insert(p.name);
+    if (!j->adapters_ready) ++s.waiting_for_adapter;
+  }
+  s.running_adapters.assign(running.begin(), running.end());
+  s.waiting_adapters.assign(waiting.begin(), waiting.end());
+  return s;
 }
 
 void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
   Slot& s = slots_[i];
   int64_t reuse = 0;
-  if (job->cache_prompt && s.digest == job->adapter_digest)
+  if (job->cache_prompt && s.digest == job->adapters.digest)
     reuse = std::min<int64_t>(common_prefix(s.cached, job->prompt), static_cast<int64_t>(job->prompt.size()) - 1);
   reuse = std::max<int64_t>(0, reuse);
   s.cache->truncate(reuse);
   s.cached.resize(static_cast<size_t>(reuse));
-  s.digest = job->adapter_digest;
+  s.digest = job->adapters.digest;
   s.last_used = ++clock_;
+  job->params.adapters.clear();
+  for (const auto& p : job->adapters.picks) job->params.adapters.push_back({p.terms, p.scale, p.id});
   try {
     s.seq = std::make_unique<engine::Sequence>(engine_.tokenizer(), *s.cache, job->prompt, job->params);
   } catch (const Error& e) {
     job->push(error_event(e.kind(), e.what()));
     return;
   }
-  for (size_t a = 0; a < job->resolved.size() && a < stats_.adapter_requests.size(); ++a)
-    if (job->resolved[a] != 0.0f) ++stats_.adapter_requests[a];
+  for (const auto& p : job->adapters.picks) {
+    auto& c = stats_.adapters[p.id];
+    c.name = p.name;
+    ++c.requests;
+  }
   ++stats_.requests_total;
   s.job = std::move(job);
 }
 
 void Scheduler::admit(std::unique_lock<std::mutex>&) {
-  while (!queue_.empty()) {
-    std::shared_ptr<CompletionJob> job = queue_.front();
+  // In queue order, passing over jobs whose adapters are still being built.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    std::shared_ptr<CompletionJob> job = *it;
     if (job->cancelled) {
-      queue_.pop_front();
+      it = queue_.erase(it);
       job->push(error_event(ErrorKind::kLimit, "cancelled before it started"));
+      continue;
+    }
+    if (!job->adapters_ready) {
+      ++it;
       continue;
     }
     // The free slot with the longest reusable prefix under the same adapters; else the least
@@ -100,7 +164,8 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
     for (size_t i = 0; i < slots_.size(); ++i) {
       const Slot& s = slots_[i];
       if (s.job) continue;
-      const int64_t len = (job->cache_prompt && s.digest == job->adapter_digest) ? common_prefix(s.cached, job->prompt) : 0;
+      const int64_t len =
+          (job->cache_prompt && s.digest == job->adapters.digest) ? common_prefix(s.cached, job->prompt) : 0;
       if (len > best_len || (len == best_len && s.last_used < best_age)) {
         best = static_cast<int64_t>(i);
         best_len = len;
@@ -108,7 +173,7 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
       }
     }
     if (best < 0) break;
-    queue_.pop_front();
+    it = queue_.erase(it);
     start(static_cast<size_t>(best), std::move(job));
   }
   stats_.deferred = static_cast<int64_t>(queue_.size());
@@ -139,9 +204,19 @@ void Scheduler::finish(size_t i, const char* why) {
     e.error_kind = ErrorKind::kLimit;
     e.error = why;
   }
+  for (const auto& p : s.job->adapters.picks) {
+    auto& c = stats_.adapters[p.id];
+    c.name = p.name;
+    c.prompt_tokens += e.prompt_tokens - e.tokens_cached;
+    c.generation_tokens += e.predicted;
+  }
   s.job->push(std::move(e));
+  // The HTTP side may hold the job a while longer: drop its adapter references now.
+  s.job->adapters.picks.clear();
+  s.job->params.adapters.clear();
   s.job.reset();
   s.seq.reset();
+  engine_.adapters().trim();  // its adapters may be idle now: the budget applies to them again
 }
 
 void Scheduler::fail_active(const std::exception& ex) {
@@ -165,10 +240,15 @@ void Scheduler::loop() {
     const auto has_free = [&] {
       return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.job == nullptr; });
     };
-    cv_.wait(lock, [&] { return stopping_ || has_active() || (!queue_.empty() && has_free()); });
+    const auto has_startable = [&] {
+      return std::any_of(queue_.begin(), queue_.end(),
+                         [](const auto& j) { return j->adapters_ready || j->cancelled.load(); });
+    };
+    cv_.wait(lock, [&] { return stopping_ || has_active() || (has_startable() && has_free()); });
     if (stopping_) {
       for (auto& job : queue_) job->push(error_event(ErrorKind::kLimit, "the server is shutting down"));
       queue_.clear();
+      to_load_.clear();
       for (size_t i = 0; i < slots_.size(); ++i)
         if (slots_[i].job) {
           slots_[i].seq->cancel();
@@ -188,7 +268,7 @@ void Scheduler::loop() {
     }
     std::vector<size_t> active;
     std::vector<engine::Sequence*> seqs;
-    std::set<uint64_t> digests;
+    std::set<engine::Digest> digests;
     for (size_t i = 0; i < slots_.size(); ++i)
       if (slots_[i].job) {
         active.push_back(i);
@@ -234,20 +314,6 @@ void Scheduler::loop() {
       stats_.n_tokens_max = std::max(stats_.n_tokens_max, s.cache->size());
     }
     stats_.kv_tokens = kv;
-    std::vector<int64_t> running, waiting;
-    for (const auto& s : slots_)
-      if (s.job)
-        for (size_t a = 0; a < s.job->resolved.size(); ++a)
-          if (s.job->resolved[a] != 0.0f) running.push_back(static_cast<int64_t>(a));
-    for (const auto& j : queue_)
-      for (size_t a = 0; a < j->resolved.size(); ++a)
-        if (j->resolved[a] != 0.0f) waiting.push_back(static_cast<int64_t>(a));
-    for (auto* v : {&running, &waiting}) {
-      std::sort(v->begin(), v->end());
-      v->erase(std::unique(v->begin(), v->end()), v->end());
-    }
-    stats_.running_adapters = std::move(running);
-    stats_.waiting_adapters = std::move(waiting);
     stats_.processing = static_cast<int64_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.job != nullptr; }));
   }
 }

@@ -7,10 +7,14 @@
 // computed them; a new request goes to the free slot sharing its longest token prefix under the
 // same digest, and only the rest of its prompt is evaluated. KV computed under other adapters or
 // scales is never reused.
+//
+// Adapters not resident when a request arrives are built by the scheduler's loader thread while the
+// request waits in the queue (counted as waiting); the batching thread keeps stepping the others.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,8 +42,14 @@ struct SchedulerStats {
   int64_t requests_total = 0, requests_cancelled = 0;
   int64_t processing = 0, deferred = 0;
   int64_t kv_tokens = 0, kv_capacity = 0, n_tokens_max = 0;
-  std::vector<int64_t> adapter_requests;            // per adapter id: requests that used it
-  std::vector<int64_t> running_adapters, waiting_adapters;  // ids with a non-zero scale
+  // Adapter names (non-zero scale) of the requests in slots, and of those in the queue.
+  std::vector<std::string> running_adapters, waiting_adapters;
+  int64_t waiting_for_adapter = 0;  // queued requests whose adapters are being built
+  struct AdapterCounters {
+    std::string name;
+    int64_t requests = 0, prompt_tokens = 0, generation_tokens = 0;
+  };
+  std::map<int64_t, AdapterCounters> adapters;  // by adapter id
 };
 
 class Scheduler {
@@ -47,8 +57,8 @@ class Scheduler {
   Scheduler(engine::Engine& engine, SchedulerOptions options);
   ~Scheduler();
 
-  // Queues a job (its scales already resolved). Throws kLimit when the queue is full and
-  // kUnavailable-like kLimit when the scheduler is stopping.
+  // Queues a job (its adapters already selected; any not resident are built before it starts).
+  // Throws kLimit when the queue is full or the scheduler is stopping.
   void submit(std::shared_ptr<CompletionJob> job);
   // Stops admitting, cancels queued and running jobs (each gets its final event), joins.
   void stop();
@@ -60,12 +70,13 @@ class Scheduler {
   struct Slot {
     std::unique_ptr<runtime::KVCache> cache;
     std::vector<int32_t> cached;  // tokens whose KV the cache holds
-    uint64_t digest = 0;
+    engine::Digest digest{};
     std::shared_ptr<CompletionJob> job;
     std::unique_ptr<engine::Sequence> seq;
     int64_t last_used = 0;
   };
   void loop();
+  void load_loop();  // builds the adapters of queued jobs that wait for them
   void admit(std::unique_lock<std::mutex>& lock);
   void start(size_t slot, std::shared_ptr<CompletionJob> job);
   // Sends the final event and frees the slot; `why` makes it an error (timeout, shutdown).
@@ -76,12 +87,14 @@ class Scheduler {
   SchedulerOptions opts_;
   std::vector<Slot> slots_;
   std::deque<std::shared_ptr<CompletionJob>> queue_;
+  std::deque<std::shared_ptr<CompletionJob>> to_load_;  // queued jobs whose adapters are not all built
+  std::condition_variable load_cv_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   int64_t clock_ = 0;
   SchedulerStats stats_;
-  std::thread thread_;
+  std::thread thread_, loader_;
 };
 
 }  // namespace graft::server

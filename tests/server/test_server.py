@@ -167,7 +167,7 @@ def test_metrics(server):
     for family in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_seconds",
                    "llamacpp:predicted_tokens_seconds", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens",
                    "llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_tokens_max",
-                   "vllm:lora_requests_info{max_lora=\"2\"", "vllm:num_requests_waiting"):
+                   "vllm:lora_requests_info{max_lora=\"8\"", "vllm:num_requests_waiting"):
         assert family in text, family
     assert metric(text, "llamacpp:tokens_predicted_total") >= 4
 

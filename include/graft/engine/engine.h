@@ -26,6 +26,14 @@ struct EngineOptions {
   bool fuse = false;                // bake the registry's adapters into the weights at their scales
   bool init_without_apply = false;  // default scales start at 0 (the adapters stay loaded)
   runtime::LoraDType lora_dtype;     // unfused factors: as stored (nullopt), or F32 / BF16 / Q8_0
+  // Adapters added and removed at run time, each sequence carrying its own (graft serve): the
+  // registry is dynamic (AdapterRegistry), the startup adapters its first entries, within
+  // `residency`. Not with `fuse`.
+  bool dynamic_adapters = false;
+  ResidencyLimits residency;
+  // Names of the startup adapters, by position (missing or empty: the last component of the path,
+  // with "-<id>" appended when another adapter already has that name).
+  std::vector<std::string> adapter_names;
 };
 
 class Engine {
@@ -44,18 +52,22 @@ class Engine {
   const text::Tokenizer& tokenizer() const { return model_.tokenizer; }
   runtime::ThreadPool& pool() { return pool_; }
   runtime::Transformer& transformer() { return *transformer_; }
-  AdapterRegistry& adapters() { return registry_; }
-  const AdapterRegistry& adapters() const { return registry_; }
+  AdapterRegistry& adapters() { return *registry_; }
+  const AdapterRegistry& adapters() const { return *registry_; }
+  // Builds one adapter's unfused terms against this model (binding and every check; DoRA row norms
+  // computed here, off the batching thread): a dynamic registry's builder.
+  std::shared_ptr<const runtime::LoraAdapter> build_adapter(const adapter::AdapterUse& use) const;
 
   // One batched forward pass over the sequences (see run_step).
   StepResult step(std::span<Sequence* const> sequences, int64_t token_budget) {
-    return run_step(pool_, *transformer_, registry_.set(), sequences, token_budget);
+    return run_step(pool_, *transformer_, registry_->set(), sequences, token_budget);
   }
 
  private:
   runtime::ThreadPool pool_;
   model::LoadedModel model_;
-  AdapterRegistry registry_;
+  runtime::LoraDType lora_dtype_;
+  std::unique_ptr<AdapterRegistry> registry_;
   std::unique_ptr<runtime::Transformer> transformer_;
 };
 

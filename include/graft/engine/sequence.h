@@ -4,6 +4,7 @@
 // next and what a logits row means for it. `graft generate` runs one, `graft serve` many.
 #pragma once
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "graft/runtime/kv_cache.h"
+#include "graft/runtime/lora.h"
 #include "graft/runtime/sampler.h"
 #include "graft/text/tokenizer.h"
 
@@ -33,12 +35,23 @@ class StopMatcher {
   std::string pending_;
 };
 
+// An adapter a sequence runs with, held alive by the sequence: its terms, its scale, and its place
+// among adapters (when several sequences' adapters share one pass, each row applies its own in
+// `order`, so its arithmetic does not depend on what else is in the batch).
+struct SequenceAdapter {
+  std::shared_ptr<const runtime::LoraAdapter> terms;
+  float scale = 0.0f;
+  int64_t order = 0;
+};
+
 struct SequenceParams {
   int64_t max_tokens = 256;  // < 0: until EOS or the context is full; 0: only evaluate the prompt
   runtime::SamplingParams sampling;
   std::vector<std::string> stop;     // stop strings (not included in the output)
   std::vector<int32_t> eos_ids;      // generation stops at any of these (not emitted)
   std::vector<float> lora_scales;    // one per unfused adapter of the engine's set (empty: all 0)
+  // Non-empty: this sequence's own adapters (graft serve), used instead of lora_scales.
+  std::vector<SequenceAdapter> adapters;
   int32_t n_probs = 0;               // > 0: keep the top-n token probabilities of each step
 };
 

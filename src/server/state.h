@@ -1,0 +1,48 @@
+// What the routes of graft serve share (routes.cpp, adapter_routes.cpp): the options, the engine and
+// scheduler once the model is loaded, and the JSON helpers every route answers with.
+#pragma once
+#include <httplib.h>
+
+#include <atomic>
+#include <ctime>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "graft/text/chat_prompt.h"
+#include "server/api.h"
+#include "server/scheduler.h"
+#include "server/server.h"
+
+namespace graft::server {
+
+struct State {
+  ServerOptions opts;
+  std::string model_path, model_name;
+  std::atomic<bool> ready{false};
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<text::ChatPrompt> chat;
+  int64_t slot_ctx = 0;
+  int64_t created = std::time(nullptr);
+  std::string lora_dtype = "auto";  // --lora-dtype
+  std::mutex resolve_mu;            // one --lora-dir first use at a time (no duplicate builds)
+};
+
+void send_json(httplib::Response& res, int status, const json& body);
+void send_error(httplib::Response& res, const ApiError& e);
+// Parses a request body as JSON (kBadRequest naming the problem).
+json parse_body(const httplib::Request& req);
+
+// POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter (vLLM's lifecycle routes).
+void add_adapter_routes(httplib::Server& svr, State& st);
+// The adapter an OpenAI `model` name selects: none for the base's names (and, on a server without
+// runtime adapters, for any unknown name, as llama-server ignores it); a registered adapter's id;
+// with --lora-dir an unknown name loaded from there on first use. Throws HttpError (404 unknown
+// name in fleet mode, 403 a path escaping --lora-dir) or what loading throws.
+std::optional<int64_t> model_adapter(State& st, const std::string& model);
+// The `/v1/models` entries of the adapters (id = name, parent = the base id, root = the path).
+json adapter_model_entries(const State& st);
+
+}  // namespace graft::server
