@@ -99,6 +99,9 @@ std::string prometheus_text(const SchedulerStats& s, const std::vector<engine::A
   os << "vllm:lora_adapter_load_seconds_bucket{le=\"+Inf\"} " << r.load_count << '\n'
      << "vllm:lora_adapter_load_seconds_sum " << r.load_seconds_sum << '\n'
      << "vllm:lora_adapter_load_seconds_count " << r.load_count << '\n';
+  metric(os, "graft:requests_waiting_for_adapter", "gauge",
+         "Queued requests whose adapters are being built (part of vllm:num_requests_waiting).",
+         static_cast<double>(s.waiting_for_adapter));
   metric(os, "graft:lora_adapters_registered", "gauge", "LoRA adapters registered.", static_cast<double>(adapters.size()));
   metric(os, "graft:lora_adapter_resident_bytes", "gauge", "Bytes of the resident adapters' built terms.",
          static_cast<double>(r.resident_bytes));

@@ -110,30 +110,38 @@ TEST(DynamicRegistry, AddSelectRemoveAndNames) {
   EXPECT_EQ(r.size(), 2u);
 
   const std::vector<int32_t> base = solo(e, r.select(std::nullopt, std::nullopt));
-  const Selection by_model = r.select(a, std::nullopt);
-  ASSERT_EQ(by_model.picks.size(), 1u);
-  EXPECT_EQ(by_model.picks[0].scale, 1.0f);
-  const std::vector<int32_t> with_a = solo(e, by_model);
-  EXPECT_NE(with_a, base) << "the adapter changes nothing: the test cannot tell selections apart";
-  // model = adapter equals lora by id; lora overrides the named adapter's scale and adds others.
-  EXPECT_EQ(with_a, solo(e, r.select(std::nullopt, std::vector<ScaleEntry>{{a, 1.0}})));
-  const Selection both = r.select(a, std::vector<ScaleEntry>{{b, 0.5}});
-  ASSERT_EQ(both.picks.size(), 2u);
-  EXPECT_EQ(both.picks[0].scale, 1.0f);
-  EXPECT_EQ(both.picks[1].scale, 0.5f);
-  const Selection half = r.select(a, std::vector<ScaleEntry>{{a, 0.5}});
-  ASSERT_EQ(half.picks.size(), 1u);
-  EXPECT_EQ(half.picks[0].scale, 0.5f);
-  EXPECT_TRUE(r.select(a, std::vector<ScaleEntry>{{a, 0.0}}).picks.empty()) << "lora sets the named one to 0";
-  EXPECT_EQ(kind_of([&] { r.select(std::nullopt, std::vector<ScaleEntry>{{7, 1.0}}); }), ErrorKind::kBadRequest);
-  EXPECT_EQ(kind_of([&] { r.select(a, std::vector<ScaleEntry>{{b, NAN}}); }), ErrorKind::kBadRequest);
+  std::vector<int32_t> with_a;
+  {  // every Selection here holds a's terms; they are gone by the unload below
+    const Selection by_model = r.select(a, std::nullopt);
+    ASSERT_EQ(by_model.picks.size(), 1u);
+    EXPECT_EQ(by_model.picks[0].scale, 1.0f);
+    with_a = solo(e, by_model);
+    EXPECT_NE(with_a, base) << "the adapter changes nothing: the test cannot tell selections apart";
+    // model = adapter equals lora by id; lora overrides the named adapter's scale and adds others.
+    EXPECT_EQ(with_a, solo(e, r.select(std::nullopt, std::vector<ScaleEntry>{{a, 1.0}})));
+    const Selection both = r.select(a, std::vector<ScaleEntry>{{b, 0.5}});
+    ASSERT_EQ(both.picks.size(), 2u);
+    EXPECT_EQ(both.picks[0].scale, 1.0f);
+    EXPECT_EQ(both.picks[1].scale, 0.5f);
+    const Selection half = r.select(a, std::vector<ScaleEntry>{{a, 0.5}});
+    ASSERT_EQ(half.picks.size(), 1u);
+    EXPECT_EQ(half.picks[0].scale, 0.5f);
+    EXPECT_TRUE(r.select(a, std::vector<ScaleEntry>{{a, 0.0}}).picks.empty()) << "lora sets the named one to 0";
+    EXPECT_EQ(kind_of([&] { r.select(std::nullopt, std::vector<ScaleEntry>{{7, 1.0}}); }), ErrorKind::kBadRequest);
+    EXPECT_EQ(kind_of([&] { r.select(a, std::vector<ScaleEntry>{{b, NAN}}); }), ErrorKind::kBadRequest);
+  }
 
-  // Unloading while a request holds the adapter: it keeps running with the same weights.
-  const Selection held = r.select(a, std::nullopt);
+  // Unloading while a request holds the adapter: it keeps running with the same weights, and the
+  // terms are freed when the last holder lets go.
+  auto held = std::make_unique<Selection>(r.select(a, std::nullopt));
+  const std::weak_ptr<const runtime::LoraAdapter> terms = held->picks.at(0).terms;
   EXPECT_TRUE(r.remove("a"));
   EXPECT_FALSE(r.remove("a"));
   EXPECT_FALSE(r.find("a"));
-  EXPECT_EQ(solo(e, held), with_a);
+  EXPECT_EQ(solo(e, *held), with_a);
+  EXPECT_FALSE(terms.expired());
+  held.reset();
+  EXPECT_TRUE(terms.expired()) << "an unloaded adapter's terms outlived their last user";
   EXPECT_EQ(kind_of([&] { r.select(a, std::nullopt); }), ErrorKind::kBadRequest);
   // Ids are never reused.
   EXPECT_EQ(r.add("a", test::fixture("adapters/peft_lora"), 0.0f), 2);

@@ -619,8 +619,17 @@ DOCUMENTED = {
     "graft:lora_adapter_resident_bytes": "gauge", "graft:lora_adapter_loads_total": "counter",
     "graft:lora_adapter_evictions_total": "counter", "graft:batch_steps_mixed_adapters_total": "counter",
     "graft:requests_total": "counter", "graft:requests_cancelled_total": "counter",
-    "graft:adapter_requests_total": "counter",
+    "graft:adapter_requests_total": "counter", "graft:requests_waiting_for_adapter": "gauge",
 }
+
+
+def test_every_metric_in_docs_server_md_is_listed_here():
+    """The names above are exactly those of docs/SERVER.md's Metrics section (so the scrape test below
+    checks every documented name, and a name documented but not served fails)."""
+    text = open(os.path.join(SRC, "docs", "SERVER.md")).read()
+    section = text[text.index("## Metrics (`--metrics`)"):text.index("## Not yet")]
+    documented = set(re.findall(r"`((?:llamacpp|vllm|graft):[a-z_]+)", section))
+    assert documented == set(DOCUMENTED), (documented ^ set(DOCUMENTED))
 
 
 def family(fams, name):
