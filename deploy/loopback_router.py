@@ -20,6 +20,8 @@ A replica whose /metrics cannot be read is left out until it answers again. POST
 and /v1/unload_lora_adapter go to every replica (the answer is the first non-200, else the first
 200), so one call registers an adapter fleet-wide; everything else is proxied to the chosen replica,
 streams included. The response carries `x-graft-replica: host:port`. Python standard library only.
+--policy random or round-robin replaces the scores with a uniform random or a rotating choice among the
+replicas whose /metrics answer (baselines for bench/bench_scaleout.py); the default is the scoring above.
 docs/DEPLOY.md. tests/server/test_scaleout.py runs three replicas this way with its own in-test router.
 """
 import argparse
@@ -34,6 +36,7 @@ import time
 import urllib.request
 
 WEIGHTS = {"queue": 2.0, "kv": 2.0, "lora": 2.0}
+POLICIES = ("lora", "random", "round-robin")
 BROADCAST = {"/v1/load_lora_adapter", "/v1/unload_lora_adapter"}
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer",
               "content-length", "host"}
@@ -131,9 +134,13 @@ def pick(states, model, base_ids, rng=random):
 
 
 class Fleet:
-    def __init__(self, backends, interval):
+    def __init__(self, backends, interval, policy="lora"):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}")
         self.backends = backends
         self.interval = interval
+        self.policy = policy
+        self.turn = 0  # round-robin position
         self.states = {}
         self.base_ids = set()
         self.base_ids_seen = set()
@@ -166,7 +173,16 @@ class Fleet:
     def choose(self, model):
         with self.lock:
             states = dict(self.states)
-        return pick(states, model, self.base_ids)
+            if self.policy == "round-robin":
+                ready = [b for b in self.backends if b in states]
+                chosen = ready[self.turn % len(ready)] if ready else None
+                self.turn += 1
+        if self.policy == "lora":
+            return pick(states, model, self.base_ids)
+        total = scores(states, model, self.base_ids)  # not used to choose: for -v only
+        if self.policy == "random":
+            chosen = random.choice(sorted(states)) if states else None
+        return chosen, total
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -279,12 +295,15 @@ def main(argv=None):
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--backend", action="append", required=True, help="HOST:PORT of a graft serve --metrics")
     ap.add_argument("--interval", type=float, default=0.05, help="seconds between metric scrapes")
+    ap.add_argument("--policy", choices=POLICIES, default="lora",
+                    help="lora: the scores above (default); random or round-robin: ignore them (baselines)")
     ap.add_argument("-v", "--verbose", action="store_true", help="log every decision with its scores")
     args = ap.parse_args(argv)
-    fleet = Fleet(args.backend, args.interval)
+    fleet = Fleet(args.backend, args.interval, args.policy)
     Handler.fleet, Handler.verbose = fleet, args.verbose
     server = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
-    print(f"router: http://{args.host}:{server.server_address[1]} -> {', '.join(args.backend)}", file=sys.stderr, flush=True)
+    print(f"router: http://{args.host}:{server.server_address[1]} -> {', '.join(args.backend)}"
+          + (f" (policy {args.policy})" if args.policy != "lora" else ""), file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

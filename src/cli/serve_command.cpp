@@ -36,7 +36,8 @@ int run_serve(ServeArgs& a) {
   std::vector<AdapterArg> args;
   for (const auto& item : split_adapter_list(a.loras, "--lora")) {
     auto [name, path] = named(item);
-    args.push_back({path, name.empty() ? 1.0f : 0.0f});
+    // Under --lora-fuse there is no per-request choice: every adapter is baked in at its scale.
+    args.push_back({path, name.empty() || a.server.fuse ? 1.0f : 0.0f});
     o.adapter_names.push_back(name);
   }
   for (const auto& item : split_adapter_list(a.loras_scaled, "--lora-scaled")) {
