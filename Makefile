@@ -45,8 +45,8 @@ $(MODEL):
 
 # The Python packages the server's end-to-end tests drive it with (real clients), in a project-local
 # virtual environment: requests, the openai client, pytest; prometheus_client parses /metrics as a
-# router would, PyYAML reads the deploy/ manifests.
-PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml
+# router would, PyYAML reads the deploy/ manifests, jsonschema validates structured output.
+PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml jsonschema
 pyenv: .venv/.ready
 .venv/.ready: Makefile
 	python3 -m venv .venv

@@ -72,6 +72,10 @@ Runner add_serve_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--queue-size", s.queue_size, "Requests that may wait beyond the slots (more get 503)")
       ->capture_default_str();
+  app.add_option("--threads-http", s.http_threads,
+                 "HTTP worker threads, one per open connection (0: 2 x (parallel + queue-size) + 1032, so idle "
+                 "keep-alive connections do not starve requests)")
+      ->capture_default_str();
   app.add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' (or X-Api-Key) on every route but /health");
   app.add_option("--alias", s.alias, "Model name reported by /v1/models and responses (default: the model path)");
   app.add_option("--timeout", s.timeout_s, "Seconds a request may run, and the HTTP read/write timeouts")

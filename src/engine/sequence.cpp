@@ -70,6 +70,11 @@ Sequence::Sequence(const text::Tokenizer& tokenizer, runtime::KVCache& cache, st
     fail_as(ErrorKind::kInternal, "a reused cache must leave at least one prompt token to evaluate");
   cached_at_start_ = cache_.size();
   history_ = prompt_;
+  if (params_.grammar) {
+    if (!params_.grammar_vocab || static_cast<int32_t>(params_.grammar_vocab->size()) != vocab)
+      fail_as(ErrorKind::kInternal, "a grammar needs the tokenizer's vocabulary (grammar_vocabulary)");
+    grammar_ = std::make_unique<GrammarMatcher>(params_.grammar);
+  }
   t_start_ = Clock::now();
 }
 
@@ -91,6 +96,13 @@ double Sequence::decode_seconds() const {
   if (t_first_ == Clock::time_point{}) return 0;
   const auto end = t_end_ != Clock::time_point{} ? t_end_ : Clock::now();
   return std::chrono::duration<double>(end - t_first_).count();
+}
+
+std::shared_ptr<const TokenTrie> grammar_vocabulary(const text::Tokenizer& tokenizer) {
+  std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
+    if (!tokenizer.is_special(id)) bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(id);
+  return std::make_shared<const TokenTrie>(bytes);
 }
 
 StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
@@ -122,7 +134,33 @@ StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
     for (size_t i = 0; i < k; ++i)
       out.top.push_back({ids[i], static_cast<float>(std::exp(static_cast<double>(logits[ids[i]] - mx)) / sum)});
   }
-  const int32_t next = sampler_.sample(logits, history_);
+  if (grammar_) {
+    // Only tokens that continue the grammar are candidates; EOS only where the text so far is a
+    // complete sentence. A grammar that is complete, or whose next character no token can supply,
+    // ends the sequence as EOS would (never an exception: this runs inside a batched step shared
+    // with other requests).
+    try {
+      if (!grammar_->must_end()) grammar_->allowed_tokens(*params_.grammar_vocab, allowed_);
+      else allowed_.assign(logits.size(), 0);
+    } catch (const Error&) {
+      allowed_.assign(logits.size(), 0);  // too ambiguous to go on (kLimit): end here
+    }
+    allowed_.resize(logits.size(), 0);  // rows past the tokenizer's vocabulary (padding) never come
+    const bool end_ok = grammar_->can_end();
+    for (int32_t e : params_.eos_ids)
+      if (e >= 0 && static_cast<size_t>(e) < allowed_.size()) allowed_[static_cast<size_t>(e)] = end_ok ? 1 : 0;
+    if (std::find(allowed_.begin(), allowed_.end(), uint8_t{1}) == allowed_.end()) {
+      finish(StopReason::Eos);
+      const std::string* matched = nullptr;
+      out.text = stops_.push(decoder_.flush(), &matched);
+      if (matched) stopping_word_ = *matched;
+      else out.text += stops_.flush();
+      text_ += out.text;
+      return out;
+    }
+  }
+  const int32_t next = sampler_.sample(logits, history_, grammar_ ? std::span<const uint8_t>(allowed_)
+                                                                  : std::span<const uint8_t>());
   out.sampled = true;
   out.token = next;
   if (first) t_first_ = Clock::now();
@@ -137,6 +175,14 @@ StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
   }
   generated_.push_back(next);
   history_.push_back(next);
+  if (grammar_) {
+    try {
+      grammar_->accept(tokenizer_.token_bytes(next));  // allowed above, so it is accepted
+    } catch (const Error&) {
+      grammar_.reset();  // cannot happen for an allowed token; if it did, end rather than throw
+      finish(StopReason::Eos);
+    }
+  }
   const std::string* matched = nullptr;
   out.text = stops_.push(decoder_.push(next), &matched);
   if (matched) {

@@ -66,12 +66,21 @@ int64_t first_non_finite(std::span<const float> logits) {
 }
 }  // namespace
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
+                        std::span<const uint8_t> allowed) {
   const SamplingParams& p = params_;
   const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n > 0;
+  const bool masked = !allowed.empty();
+  if (masked && allowed.size() != logits.size())
+    fail("sample: the token mask has ", allowed.size(), " entries for ", logits.size(), " logits");
   if (p.temperature <= 0.0f && !penalty) {  // greedy without a penalty: no copy (the server's common case)
     if (const int64_t bad = first_non_finite(logits); bad >= 0) refuse_logit(logits[bad], bad);
-    return argmax(logits);
+    if (!masked) return argmax(logits);
+    int64_t best = -1;  // lowest id on ties, as argmax
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (allowed[i] && (best < 0 || logits[i] > logits[static_cast<size_t>(best)])) best = static_cast<int64_t>(i);
+    if (best < 0) fail("sample: the token mask allows no token");
+    return static_cast<int32_t>(best);
   }
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -87,6 +96,10 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       float& l = candidates_[id].first;
       l = l > 0 ? l / p.repeat_penalty : l * p.repeat_penalty;
     }
+  }
+  if (masked) {
+    std::erase_if(candidates_, [&](const auto& c) { return !allowed[static_cast<size_t>(c.second)]; });
+    if (candidates_.empty()) fail("sample: the token mask allows no token");
   }
   if (p.temperature <= 0.0f) {
     size_t best = 0;

@@ -133,9 +133,8 @@ void refuse_unimplemented(const json& b) {
       fail_as(ErrorKind::kUnsupported, "field '", f, "' is not supported (only 0); use repeat_penalty");
   if (const json* v = find(b, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
     fail_as(ErrorKind::kUnsupported, "field 'n': only one choice per request is supported");
-  for (const char* f : {"tools", "response_format", "grammar", "json_schema"})
-    if (const json* v = find(b, f); v && !(v->is_array() && v->empty()))
-      fail_as(ErrorKind::kUnsupported, "field '", f, "' is not supported");
+  if (const json* v = find(b, "tools"); v && !(v->is_array() && v->empty()))
+    fail_as(ErrorKind::kUnsupported, "field 'tools' is not supported");
 }
 
 }  // namespace
@@ -198,6 +197,7 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
     r.include_usage = boolean(*so, "include_usage", false);
   }
   if (const json* l = find(b, "lora")) r.lora = parse_lora_list(*l, "lora");
+  p.grammar = request_grammar(b);
   return r;
 }
 

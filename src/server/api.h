@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graft/engine/adapter_registry.h"
+#include "graft/engine/grammar.h"
 #include "graft/engine/sequence.h"
 #include "graft/text/chat_prompt.h"
 #include "graft/text/tokenizer.h"
@@ -31,6 +32,10 @@ struct CompletionRequest {
   bool include_usage = false;  // OpenAI stream_options.include_usage
   std::string model;           // OpenAI `model`, echoed back
 };
+
+// The grammar a request's `grammar`, `json_schema` or `response_format` asks for (none: nullptr).
+// A bad grammar or schema, or two of them, is kBadRequest naming the field and position.
+std::shared_ptr<const engine::Grammar> request_grammar(const json& body);
 
 // The whole body is parsed and checked here (kBadRequest naming the field; kUnsupported for
 // options graft does not implement that would change the output). `chat` is required for OaiChat.

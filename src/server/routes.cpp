@@ -106,6 +106,10 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
   }
   job->prompt = req.prompt;
   job->params = req.params;
+  if (job->params.grammar) {
+    std::call_once(st.vocab_once, [&] { st.vocab = engine::grammar_vocabulary(eng.tokenizer()); });
+    job->params.grammar_vocab = st.vocab;
+  }
   job->cache_prompt = req.cache_prompt;
   job->deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(st.opts.timeout_s * 1e3));
   try {
@@ -410,15 +414,22 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   st.model_path = eo.model;
   st.model_name = o.alias.empty() ? eo.model : o.alias;
   httplib::Server svr;
-  const size_t threads = static_cast<size_t>(2 * (o.parallel + static_cast<int>(o.queue_size)) + 8);
+  // cpp-httplib gives each connection a worker thread until it closes. Enough workers for every
+  // slot and queued request, plus headroom so a thousand idle keep-alive connections do not starve
+  // real ones (threads waiting on a socket cost a little stack, not CPU).
+  const size_t threads = o.http_threads > 0 ? static_cast<size_t>(o.http_threads)
+                                            : static_cast<size_t>(2 * (o.parallel + static_cast<int>(o.queue_size)) + 1032);
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_payload_max_length(o.body_limit);
   // Without TCP_NODELAY (cpp-httplib's default is off) a keep-alive client waits for its delayed
   // ACK (~40 ms) on every response written in two segments, and streamed tokens are held back by
   // Nagle's algorithm: measured 43.7 ms per POST /lora-adapters round trip on one connection.
   svr.set_tcp_nodelay(true);
+  // Reads wait at most 10 s for a request's next bytes (less with a shorter --timeout): a client
+  // that stops in the middle of a request line (slowloris) frees its worker then, instead of after
+  // --timeout. Writes (streams to slow readers) keep the whole --timeout.
   const time_t secs = static_cast<time_t>(o.timeout_s);
-  svr.set_read_timeout(secs, 0);
+  svr.set_read_timeout(std::min<time_t>(std::max<time_t>(secs, 1), 10), 0);
   svr.set_write_timeout(secs, 0);
   add_guards(svr, st);
   add_routes(svr, st);

@@ -28,6 +28,9 @@ struct State {
   int64_t created = std::time(nullptr);
   std::string lora_dtype = "auto";  // --lora-dtype
   std::mutex resolve_mu;            // one --lora-dir first use at a time (no duplicate builds)
+  // The vocabulary for constrained decoding, built at the first request with a grammar.
+  std::once_flag vocab_once;
+  std::shared_ptr<const engine::TokenTrie> vocab;
 };
 
 void send_json(httplib::Response& res, int status, const json& body);

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "graft/engine/grammar.h"
 #include "graft/runtime/kv_cache.h"
 #include "graft/runtime/lora.h"
 #include "graft/runtime/sampler.h"
@@ -19,6 +20,10 @@
 namespace graft::engine {
 
 enum class StopReason { None, Eos, StopString, MaxTokens, ContextFull, Cancelled };
+
+// The vocabulary as constrained decoding sees it: each token's bytes, special tokens none (a
+// grammar never produces them; EOS is decided by the grammar's end instead).
+std::shared_ptr<const TokenTrie> grammar_vocabulary(const text::Tokenizer& tokenizer);
 // "none", "eos", "word", "limit", "context", "cancelled" (llama-server's stop_type words).
 const char* stop_reason_name(StopReason r);
 
@@ -52,6 +57,12 @@ struct SequenceParams {
   std::vector<float> lora_scales;    // one per unfused adapter of the engine's set (empty: all 0)
   // Non-empty: this sequence's own adapters (graft serve), used instead of lora_scales.
   std::vector<SequenceAdapter> adapters;
+  // Constrained decoding: every drawn token must continue a sentence of `grammar` (tokens that
+  // cannot are masked before sampling; EOS only once the text is a complete sentence, and the
+  // sequence ends when nothing more can follow). `grammar_vocab` is the tokenizer's vocabulary
+  // (grammar_vocabulary), required with a grammar.
+  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const TokenTrie> grammar_vocab;
   int32_t n_probs = 0;               // > 0: keep the top-n token probabilities of each step
 };
 
@@ -110,6 +121,8 @@ class Sequence {
   std::vector<int32_t> prompt_, history_, generated_;
   SequenceParams params_;
   runtime::Sampler sampler_;
+  std::unique_ptr<GrammarMatcher> grammar_;
+  std::vector<uint8_t> allowed_;  // the grammar's token mask of the step
   text::StreamDecoder decoder_;
   StopMatcher stops_;
   StopReason reason_ = StopReason::None;

@@ -25,8 +25,11 @@ void validate(const SamplingParams& p);
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
-  // `history` is every token so far (prompt and generated), for the repetition penalty.
-  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // `history` is every token so far (prompt and generated), for the repetition penalty. With
+  // `allowed` (one byte per token, constrained decoding), only ids whose byte is non-zero are
+  // candidates; at least one must be. Every logit must still be finite.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history,
+                 std::span<const uint8_t> allowed = {});
 
  private:
   SamplingParams params_;
