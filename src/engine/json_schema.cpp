@@ -94,7 +94,9 @@ class Converter {
 
   // Every keyword is handled, an annotation, or refused; the values of handled ones are well-formed.
   void check_keywords(const json& s, const std::string& ptr) const {
-    for (const auto& [k, v] : s.items()) {
+    for (const auto& kv : s.items()) {
+      const std::string& k = kv.key();  // not a structured binding: lambdas below capture it
+      const json& v = kv.value();
       if (is_annotation(k)) continue;
       if (kRefused.count(k)) unsupported(ptr, "'", k, "' is not supported");
       if (!kHandled.count(k)) unsupported(ptr, "unknown keyword '", k, "'");
@@ -199,7 +201,9 @@ class Converter {
   }
 
   std::string body(const json& s, const std::string& ptr, const std::string& hint) {
-    if (++depth_ > kMaxDepth) fail_as(ErrorKind::kLimit, "json_schema: ", pointer_text(ptr), ": nested too deep");
+    if (++depth_ > kMaxDepth)  // also where a recursive $ref with constraining siblings is expanded
+      fail_as(ErrorKind::kLimit, "json_schema: ", pointer_text(ptr), ": nested more than ", kMaxDepth,
+              " levels deep (a recursive '$ref' with sibling keywords is expanded, not referenced)");
     std::string out = body_inner(s, ptr, hint);
     --depth_;
     return out;
@@ -394,7 +398,7 @@ class Converter {
       unsupported(ptr,
                   "'minimum'/'maximum'/'exclusiveMinimum'/'exclusiveMaximum' on numbers are not supported "
                   "(only on integers, or \"minimum\": 0)");
-    return rules_.add(hint, R"(( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?)");
+    return rules_.add(hint, R"(( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?)");
   }
 
   std::string object_type(const json& s, const std::string& ptr, const std::string& hint);
@@ -463,23 +467,32 @@ std::string Converter::object_type(const json& s, const std::string& ptr, const 
   }
   const std::string ws = rules_.builtin("ws");
   const std::string comma = R"("," )" + ws + " ";
-  auto tail = [&](size_t from) {
-    std::string t;
-    for (size_t j = from; j < entries.size(); ++j)
-      t += entries[j].required ? " " + comma + entries[j].kv : " ( " + comma + entries[j].kv + " )?";
-    if (!extra_kv.empty()) t += " ( " + comma + extra_kv + " )*";
-    return t;
+  auto join = [](const std::string& x, const std::string& y) { return x.empty() || y.empty() ? x + y : x + " " + y; };
+  auto item = [&](size_t j) {  // property j after an earlier one
+    return entries[j].required ? comma + entries[j].kv : "( " + comma + entries[j].kv + " )?";
   };
-  // F(i) is needed only up to the first required property, which every run must reach.
+  auto tail = [&](size_t from) {  // T(from), inline
+    std::string t;
+    for (size_t j = from; j < entries.size(); ++j) t = join(t, item(j));
+    return extra_kv.empty() ? t : join(t, "( " + comma + extra_kv + " )*");
+  };
+  // F(i) is needed only up to the first required property r, which every run must reach. The tails
+  // the F(i) share, T(1)..T(r), are rules (T(i) ::= property i with its comma, then T(i+1)), so the
+  // grammar grows linearly with the number of optional properties.
+  const size_t n = entries.size();
   size_t r = 0;
-  while (r < entries.size() && !entries[r].required) ++r;
+  while (r < n && !entries[r].required) ++r;
+  std::vector<std::string> shared(n + 1);
+  auto shared_tail = [&](size_t i) { return i <= r && i < n ? shared[i] : tail(i); };
+  for (size_t i = std::min(r, n == 0 ? 0 : n - 1); i >= 1; --i)
+    shared[i] = rules_.add(child_hint(hint, "rest-" + std::to_string(i)), join(item(i), shared_tail(i + 1)));
   std::optional<std::string> first;  // F(r), then F(r-1) ... F(0)
-  if (r < entries.size())
-    first = entries[r].kv + tail(r + 1);
+  if (r < n)
+    first = join(entries[r].kv, tail(r + 1));
   else if (!extra_kv.empty())
-    first = extra_kv + tail(entries.size());
+    first = join(extra_kv, tail(n));
   for (size_t i = r; i-- > 0;) {
-    const std::string run = entries[i].kv + tail(i + 1);
+    const std::string run = join(entries[i].kv, shared_tail(i + 1));
     first = first ? rules_.add(child_hint(hint, "props-" + std::to_string(i)), run + " | " + *first) : run;
   }
   const bool any_required = r < entries.size();

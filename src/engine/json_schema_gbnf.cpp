@@ -202,10 +202,16 @@ const std::vector<Builtin>& builtins() {
   static const std::vector<Builtin> kRules = {
       // Bounded: a model cannot emit blanks forever.
       {"ws", R"(( " " | "\n" [ \t]{0,20} )?)", {}},
-      {"char", R"([^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ))", {}},
+      // \u escapes of UTF-16 surrogates are left out: a pair would count as two characters here but
+      // is one code point for minLength, and a lone one is not a character at all. Characters
+      // outside the BMP are written as themselves.
+      {"char",
+       R"([^"\\\x7F\x00-\x1F] | )"
+       R"("\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} ) ))",
+       {}},
       {"string", R"("\"" char* "\"")", {"char"}},
       {"integer", R"("-"? ( "0" | [1-9] [0-9]{0,15} ))", {}},
-      {"number", R"("-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?)", {}},
+      {"number", R"("-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?)", {}},
       {"boolean", R"("true" | "false")", {}},
       {"null", R"("null")", {}},
       {"value", R"(object | array | string | number | boolean | null)",

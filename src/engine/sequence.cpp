@@ -120,12 +120,16 @@ StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
     out.text = stops_.flush();
     return out;
   }
-  if (params_.n_probs > 0) {
-    // Probabilities of the raw distribution (softmax of the logits), the n most likely.
-    float mx = -INFINITY;
+  // Probabilities of the raw distribution (softmax of the logits, before bias, penalties, grammar
+  // and temperature): the n most likely, and the drawn token's.
+  const bool probs = params_.n_probs > 0 || params_.token_prob;
+  float mx = -INFINITY;
+  double sum = 0;
+  if (probs) {
     for (float v : logits) mx = std::max(mx, v);
-    double sum = 0;
     for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
+  }
+  if (params_.n_probs > 0) {
     std::vector<int32_t> ids(logits.size());
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
     const size_t k = std::min<size_t>(static_cast<size_t>(params_.n_probs), ids.size());
@@ -149,6 +153,8 @@ StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
     const bool end_ok = grammar_->can_end();
     for (int32_t e : params_.eos_ids)
       if (e >= 0 && static_cast<size_t>(e) < allowed_.size()) allowed_[static_cast<size_t>(e)] = end_ok ? 1 : 0;
+    for (const auto& [id, bias] : params_.sampling.logit_bias)  // banned tokens: as if the grammar refused them
+      if (bias == -INFINITY && id >= 0 && static_cast<size_t>(id) < allowed_.size()) allowed_[static_cast<size_t>(id)] = 0;
     if (std::find(allowed_.begin(), allowed_.end(), uint8_t{1}) == allowed_.end()) {
       finish(StopReason::Eos);
       const std::string* matched = nullptr;
@@ -159,10 +165,12 @@ StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
       return out;
     }
   }
-  const int32_t next = sampler_.sample(logits, history_, grammar_ ? std::span<const uint8_t>(allowed_)
-                                                                  : std::span<const uint8_t>());
+  const int32_t next = sampler_.sample(logits, history_,
+                                      grammar_ ? std::span<const uint8_t>(allowed_) : std::span<const uint8_t>(),
+                                      generated_);
   out.sampled = true;
   out.token = next;
+  if (probs) out.prob = static_cast<float>(std::exp(static_cast<double>(logits[next] - mx)) / sum);
   if (first) t_first_ = Clock::now();
   if (std::find(params_.eos_ids.begin(), params_.eos_ids.end(), next) != params_.eos_ids.end()) {
     finish(StopReason::Eos);

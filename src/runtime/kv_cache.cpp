@@ -68,6 +68,24 @@ void KVCache::advance(int64_t n) {
 
 void KVCache::truncate(int64_t n) { size_ = std::min(size_, std::max<int64_t>(0, n)); }
 
+void KVCache::copy_prefix(const KVCache& from, int64_t n) {
+  if (from.dtype_ != dtype_ || from.kv_dim_ != kv_dim_ || from.kf_.size() != kf_.size() || from.kh_.size() != kh_.size())
+    fail("KVCache::copy_prefix between caches of different shapes or types");
+  if (n < 0 || n > from.size_) fail("KVCache::copy_prefix: ", n, " positions of ", from.size_);
+  size_ = 0;
+  reserve_more(n);
+  const auto len = static_cast<std::ptrdiff_t>(n * kv_dim_);
+  for (size_t l = 0; l < kf_.size(); ++l) {
+    std::copy(from.kf_[l].begin(), from.kf_[l].begin() + len, kf_[l].begin());
+    std::copy(from.vf_[l].begin(), from.vf_[l].begin() + len, vf_[l].begin());
+  }
+  for (size_t l = 0; l < kh_.size(); ++l) {
+    std::copy(from.kh_[l].begin(), from.kh_[l].begin() + len, kh_[l].begin());
+    std::copy(from.vh_[l].begin(), from.vh_[l].begin() + len, vh_[l].begin());
+  }
+  size_ = n;
+}
+
 void KVCache::store(int64_t layer, int64_t pos, const float* key, const float* value) {
   const auto at = static_cast<size_t>(pos * kv_dim_);
   if (dtype_ == DType::F32) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "graft/core/error.h"
@@ -17,6 +18,14 @@ void validate(const SamplingParams& p) {
   if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty))
     fail_as(ErrorKind::kBadRequest, "repeat penalty must be positive and finite, got ", p.repeat_penalty);
   if (p.repeat_last_n < 0) fail_as(ErrorKind::kBadRequest, "repeat-last-n must be >= 0, got ", p.repeat_last_n);
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
+    fail_as(ErrorKind::kBadRequest, "presence penalty must be in [-2, 2], got ", p.presence_penalty);
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
+    fail_as(ErrorKind::kBadRequest, "frequency penalty must be in [-2, 2], got ", p.frequency_penalty);
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) fail_as(ErrorKind::kBadRequest, "logit bias: token id ", id, " is negative");
+    if (std::isnan(bias) || bias == INFINITY) fail_as(ErrorKind::kBadRequest, "logit bias for token ", id, " must be finite or -inf");
+  }
 }
 
 int32_t argmax(std::span<const float> logits) {
@@ -67,13 +76,15 @@ int64_t first_non_finite(std::span<const float> logits) {
 }  // namespace
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
-                        std::span<const uint8_t> allowed) {
+                        std::span<const uint8_t> allowed, std::span<const int32_t> generated) {
   const SamplingParams& p = params_;
   const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n > 0;
+  const bool oai_penalty = (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && !generated.empty();
+  const bool biased = !p.logit_bias.empty();
   const bool masked = !allowed.empty();
   if (masked && allowed.size() != logits.size())
     fail("sample: the token mask has ", allowed.size(), " entries for ", logits.size(), " logits");
-  if (p.temperature <= 0.0f && !penalty) {  // greedy without a penalty: no copy (the server's common case)
+  if (p.temperature <= 0.0f && !penalty && !oai_penalty && !biased) {  // greedy without a penalty: no copy (the server's common case)
     if (const int64_t bad = first_non_finite(logits); bad >= 0) refuse_logit(logits[bad], bad);
     if (!masked) return argmax(logits);
     int64_t best = -1;  // lowest id on ties, as argmax
@@ -88,6 +99,12 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     candidates_[i] = {logits[i], static_cast<int32_t>(i)};
   }
 
+  bool banned = false;
+  for (const auto& [id, bias] : p.logit_bias) {  // ids past the row (padding, or a bad id) are skipped
+    if (id < 0 || static_cast<size_t>(id) >= candidates_.size()) continue;
+    candidates_[static_cast<size_t>(id)].first += bias;
+    banned |= std::isinf(bias);
+  }
   if (penalty) {
     const size_t n = std::min<size_t>(history.size(), static_cast<size_t>(p.repeat_last_n));
     std::unordered_set<int32_t> seen(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
@@ -97,9 +114,20 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       l = l > 0 ? l / p.repeat_penalty : l * p.repeat_penalty;
     }
   }
-  if (masked) {
-    std::erase_if(candidates_, [&](const auto& c) { return !allowed[static_cast<size_t>(c.second)]; });
-    if (candidates_.empty()) fail("sample: the token mask allows no token");
+  if (oai_penalty) {
+    std::unordered_map<int32_t, int32_t> count;
+    for (int32_t id : generated) ++count[id];
+    for (const auto& [id, c] : count) {
+      if (id < 0 || static_cast<size_t>(id) >= candidates_.size()) continue;
+      candidates_[static_cast<size_t>(id)].first -= static_cast<float>(c) * p.frequency_penalty + p.presence_penalty;
+    }
+  }
+  if (masked || banned) {
+    std::erase_if(candidates_, [&](const auto& c) {
+      return (masked && !allowed[static_cast<size_t>(c.second)]) || c.first == -INFINITY;
+    });
+    if (candidates_.empty())
+      fail(masked ? "sample: the token mask allows no token (with the logit bias's bans)" : "sample: the logit bias bans every token");
   }
   if (p.temperature <= 0.0f) {
     size_t best = 0;

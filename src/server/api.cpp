@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "graft/core/error.h"
@@ -128,13 +129,64 @@ json chat_messages(const json& b) {
 }
 
 void refuse_unimplemented(const json& b) {
-  for (const char* f : {"presence_penalty", "frequency_penalty"})
-    if (const json* v = find(b, f); v && (!v->is_number() || v->get<double>() != 0.0))
-      fail_as(ErrorKind::kUnsupported, "field '", f, "' is not supported (only 0); use repeat_penalty");
-  if (const json* v = find(b, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
-    fail_as(ErrorKind::kUnsupported, "field 'n': only one choice per request is supported");
   if (const json* v = find(b, "tools"); v && !(v->is_array() && v->empty()))
     fail_as(ErrorKind::kUnsupported, "field 'tools' is not supported");
+}
+
+// A bias value: a number in [-100, 100] (OpenAI's range), or false for -inf (llama-server's ban).
+float bias_value(const json& v, const std::string& where) {
+  if (v.is_boolean() && !v.get<bool>()) return -INFINITY;
+  if (!v.is_number()) fail_as(ErrorKind::kBadRequest, where, " must be a number in [-100, 100] or false");
+  const double d = v.get<double>();
+  if (!(d >= -100.0 && d <= 100.0)) fail_as(ErrorKind::kBadRequest, where, " must be in [-100, 100], got ", v.dump());
+  return static_cast<float>(d);
+}
+
+// OpenAI's {"token id": bias} (also llama-server's), or llama-server's [[id or string, bias], ...]
+// (a string biases each of its tokens). Later entries for one token replace earlier ones.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& b, const text::Tokenizer& tok) {
+  const json* v = find(b, "logit_bias");
+  if (!v) return {};
+  std::map<int32_t, float> out;
+  auto id_in_vocab = [&](int64_t id, const std::string& where) {
+    if (id < 0 || id >= tok.vocab_size())
+      fail_as(ErrorKind::kBadRequest, where, ": token id ", id, " is out of range [0, ", tok.vocab_size(), ")");
+    return static_cast<int32_t>(id);
+  };
+  if (v->is_object()) {
+    for (const auto& [key, bias] : v->items()) {
+      const std::string where = "field 'logit_bias' key '" + key + "'";
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (key.empty() || used != key.size()) fail_as(ErrorKind::kBadRequest, where, " is not a token id");
+      out[id_in_vocab(id, where)] = bias_value(bias, where);
+    }
+  } else if (v->is_array()) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& e = (*v)[i];
+      const std::string where = "field 'logit_bias[" + std::to_string(i) + "]'";
+      if (!e.is_array() || e.size() != 2) fail_as(ErrorKind::kBadRequest, where, " must be [token id or string, bias]");
+      const float bias = bias_value(e[1], where);
+      if (e[0].is_number_integer()) {
+        out[id_in_vocab(e[0].get<int64_t>(), where)] = bias;
+      } else if (e[0].is_string()) {
+        for (int32_t id : tok.encode(e[0].get<std::string>(), /*parse_special=*/false, false)) out[id] = bias;
+      } else {
+        fail_as(ErrorKind::kBadRequest, where, " must be [token id or string, bias]");
+      }
+    }
+  } else {
+    bad_field("logit_bias", "an object {\"token id\": bias} or an array [[token id, bias], ...]");
+  }
+  int64_t banned = 0;
+  for (const auto& [id, bias] : out) banned += bias == -INFINITY;
+  if (banned >= tok.vocab_size()) fail_as(ErrorKind::kBadRequest, "field 'logit_bias' bans every token");
+  return {out.begin(), out.end()};
 }
 
 }  // namespace
@@ -174,6 +226,12 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
   s.repeat_penalty = number(b, "repeat_penalty", 1.0);
   s.repeat_last_n = static_cast<int32_t>(integer(b, "repeat_last_n", 64, -1, INT32_MAX));
   if (s.repeat_last_n < 0) s.repeat_last_n = INT32_MAX;  // llama-server: -1 = the whole context
+  s.presence_penalty = number(b, "presence_penalty", 0.0);
+  s.frequency_penalty = number(b, "frequency_penalty", 0.0);
+  for (const char* f : {"presence_penalty", "frequency_penalty"})
+    if (const float v = f[0] == 'p' ? s.presence_penalty : s.frequency_penalty; !(v >= -2.0f && v <= 2.0f))
+      bad_field(f, "in [-2, 2]");
+  s.logit_bias = logit_bias(b, tok);
   const int64_t seed = integer(b, "seed", -1, INT64_MIN, INT64_MAX);
   s.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
   try {
@@ -190,6 +248,24 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
   p.stop = stop_strings(b);
   if (!boolean(b, "ignore_eos", false)) p.eos_ids = eos_ids;
   p.n_probs = static_cast<int32_t>(integer(b, "n_probs", 0, 0, 100));
+  if (route == Route::OaiChat) {
+    // logprobs: true, top_logprobs: k (0..20): the drawn token's logprob and the k most likely.
+    r.logprobs = boolean(b, "logprobs", false);
+    r.top_logprobs = static_cast<int32_t>(integer(b, "top_logprobs", 0, 0, 20));
+    if (find(b, "top_logprobs") && !r.logprobs)
+      fail_as(ErrorKind::kBadRequest, "field 'top_logprobs' needs 'logprobs': true");
+  } else if (route == Route::OaiCompletion) {
+    // logprobs: k (0..5): the drawn token's logprob and the k most likely (null: none).
+    if (find(b, "logprobs")) {
+      r.logprobs = true;
+      r.top_logprobs = static_cast<int32_t>(integer(b, "logprobs", 0, 0, 5));
+    }
+  }
+  if (r.logprobs) {
+    p.token_prob = true;
+    p.n_probs = std::max(p.n_probs, r.top_logprobs);
+  }
+  if (route != Route::Completion) r.n = static_cast<int32_t>(integer(b, "n", 1, 1, 128));
   r.stream = boolean(b, "stream", false);
   r.cache_prompt = boolean(b, "cache_prompt", true);
   if (const json* so = find(b, "stream_options")) {
@@ -256,7 +332,7 @@ const char* stop_type(engine::StopReason r) {
 }
 
 json token_probs(const std::vector<int32_t>& tokens, const std::vector<std::vector<engine::TokenProb>>& probs,
-                 const text::Tokenizer& tok) {
+                 const std::vector<float>& chosen, const text::Tokenizer& tok) {
   json out = json::array();
   auto entry = [&](int32_t id, float p) {
     const std::string piece = tok.token_bytes(id);
@@ -265,10 +341,10 @@ json token_probs(const std::vector<int32_t>& tokens, const std::vector<std::vect
     return json{{"id", id}, {"token", piece}, {"logprob", std::log(std::max(p, 1e-30f))}, {"bytes", bytes}};
   };
   for (size_t i = 0; i < tokens.size() && i < probs.size(); ++i) {
-    float p = 0;
+    float p = i < chosen.size() ? chosen[i] : 0.0f;
     json top = json::array();
     for (const auto& tp : probs[i]) {
-      if (tp.id == tokens[i]) p = tp.prob;
+      if (tp.id == tokens[i] && i >= chosen.size()) p = tp.prob;
       top.push_back(entry(tp.id, tp.prob));
     }
     json e = entry(tokens[i], p);
@@ -282,7 +358,8 @@ json generation_settings(const CompletionRequest& req) {
   const auto& s = req.params.sampling;
   return json{{"n_predict", req.params.max_tokens}, {"temperature", s.temperature}, {"top_k", s.top_k},
               {"top_p", s.top_p},           {"min_p", s.min_p},             {"repeat_penalty", s.repeat_penalty},
-              {"repeat_last_n", s.repeat_last_n}, {"seed", s.seed},         {"stop", req.params.stop},
+              {"repeat_last_n", s.repeat_last_n}, {"presence_penalty", s.presence_penalty},
+              {"frequency_penalty", s.frequency_penalty}, {"seed", s.seed},  {"stop", req.params.stop},
               {"n_probs", req.params.n_probs},    {"cache_prompt", req.cache_prompt}};
 }
 
@@ -307,13 +384,13 @@ json completion_response(const Completed& c, const CompletionRequest& req, const
          {"stopping_word", f.stopping_word},
          {"tokens_cached", f.tokens_cached},
          {"timings", timings_json(f)}};
-  if (req.params.n_probs > 0) r["completion_probabilities"] = token_probs(c.tokens, c.probs, tok);
+  if (req.params.n_probs > 0) r["completion_probabilities"] = token_probs(c.tokens, c.probs, c.token_probs, tok);
   return r;
 }
 
 json completion_stream_chunk(const JobEvent& e, const text::Tokenizer& tok) {
   json r{{"index", 0}, {"content", e.text}, {"tokens", e.tokens}, {"stop", false}};
-  if (!e.probs.empty()) r["completion_probabilities"] = token_probs(e.tokens, e.probs, tok);
+  if (!e.probs.empty()) r["completion_probabilities"] = token_probs(e.tokens, e.probs, e.token_probs, tok);
   return r;
 }
 
@@ -330,36 +407,87 @@ json completion_stream_final(const Completed& c, const CompletionRequest& req, c
 
 namespace {
 
-json usage(const Completed& c) {
-  return json{{"completion_tokens", c.final.predicted},
-              {"prompt_tokens", c.final.prompt_tokens},
-              {"total_tokens", c.final.predicted + c.final.prompt_tokens}};
+json usage(const std::vector<Completed>& cs) {
+  int64_t completion = 0;
+  for (const auto& c : cs) completion += c.final.predicted;
+  const int64_t prompt = cs.empty() ? 0 : cs[0].final.prompt_tokens;  // one prompt, counted once
+  return json{{"completion_tokens", completion}, {"prompt_tokens", prompt}, {"total_tokens", completion + prompt}};
+}
+
+float logprob_of(float p) { return std::log(std::max(p, 1e-30f)); }
+
+json byte_list(const std::string& piece) {
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return bytes;
 }
 
 }  // namespace
 
-json oai_response(const Completed& c, Route route, const std::string& id, int64_t created, const std::string& model) {
-  json choice;
-  if (route == Route::OaiChat)
-    choice = json{{"index", 0},
-                  {"message", json{{"role", "assistant"}, {"content", c.text}}},
-                  {"logprobs", nullptr},
-                  {"finish_reason", finish_reason(c.final.reason)}};
-  else
-    choice = json{{"index", 0}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c.final.reason)}};
+json oai_logprobs(Route route, const std::vector<int32_t>& tokens, const std::vector<std::vector<engine::TokenProb>>& probs,
+                  const std::vector<float>& chosen, int32_t k, const text::Tokenizer& tok, int64_t& text_offset) {
+  const size_t n = std::min(tokens.size(), chosen.size());
+  if (route == Route::OaiChat) {
+    json content = json::array();
+    for (size_t i = 0; i < n; ++i) {
+      const std::string piece = tok.token_bytes(tokens[i]);
+      json top = json::array();
+      if (i < probs.size())
+        for (size_t j = 0; j < probs[i].size() && static_cast<int32_t>(j) < k; ++j) {
+          const std::string p = tok.token_bytes(probs[i][j].id);
+          top.push_back(json{{"token", p}, {"logprob", logprob_of(probs[i][j].prob)}, {"bytes", byte_list(p)}});
+        }
+      content.push_back(json{{"token", piece}, {"logprob", logprob_of(chosen[i])}, {"bytes", byte_list(piece)},
+                             {"top_logprobs", top}});
+    }
+    return json{{"content", content}, {"refusal", nullptr}};
+  }
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (size_t i = 0; i < n; ++i) {
+    const std::string piece = tok.token_bytes(tokens[i]);
+    toks.push_back(piece);
+    lps.push_back(logprob_of(chosen[i]));
+    json top = json::object();  // the k most likely, and the drawn token (OpenAI: up to k + 1)
+    if (i < probs.size())
+      for (size_t j = 0; j < probs[i].size() && static_cast<int32_t>(j) < k; ++j)
+        top[tok.token_bytes(probs[i][j].id)] = logprob_of(probs[i][j].prob);
+    top[piece] = logprob_of(chosen[i]);
+    tops.push_back(top);
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(piece.size());
+  }
+  return json{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json oai_response(const std::vector<Completed>& cs, const CompletionRequest& req, const text::Tokenizer& tok, Route route,
+                  const std::string& id, int64_t created, const std::string& model) {
+  json choices = json::array();
+  for (size_t i = 0; i < cs.size(); ++i) {
+    const Completed& c = cs[i];
+    json lp = nullptr;
+    int64_t offset = 0;
+    if (req.logprobs) lp = oai_logprobs(route, c.tokens, c.probs, c.token_probs, req.top_logprobs, tok, offset);
+    if (route == Route::OaiChat)
+      choices.push_back(json{{"index", i},
+                             {"message", json{{"role", "assistant"}, {"content", c.text}}},
+                             {"logprobs", lp},
+                             {"finish_reason", finish_reason(c.final.reason)}});
+    else
+      choices.push_back(json{{"index", i}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", finish_reason(c.final.reason)}});
+  }
   return json{{"id", id},
               {"object", route == Route::OaiChat ? "chat.completion" : "text_completion"},
               {"created", created},
               {"model", model},
               {"system_fingerprint", "graft-0.1.0"},
-              {"choices", json::array({choice})},
-              {"usage", usage(c)},
-              {"timings", timings_json(c.final)}};
+              {"choices", choices},
+              {"usage", usage(cs)},
+              {"timings", timings_json(cs.at(0).final)}};
 }
 
 json oai_chunk(Route route, const std::string& id, int64_t created, const std::string& model, const std::string* text,
-               const char* finish, bool role) {
-  json choice{{"index", 0}};
+               const char* finish, bool role, int index, json logprobs) {
+  json choice{{"index", index}};
   if (route == Route::OaiChat) {
     json delta = json::object();
     if (role) delta["role"] = "assistant";
@@ -369,7 +497,7 @@ json oai_chunk(Route route, const std::string& id, int64_t created, const std::s
   } else {
     choice["text"] = text ? *text : std::string();
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = finish ? json(finish) : json(nullptr);
   return json{{"id", id},
               {"object", route == Route::OaiChat ? "chat.completion.chunk" : "text_completion"},
@@ -379,15 +507,16 @@ json oai_chunk(Route route, const std::string& id, int64_t created, const std::s
               {"choices", json::array({choice})}};
 }
 
-json oai_usage_chunk(const Completed& c, Route route, const std::string& id, int64_t created, const std::string& model) {
+json oai_usage_chunk(const std::vector<Completed>& cs, Route route, const std::string& id, int64_t created,
+                     const std::string& model) {
   return json{{"id", id},
               {"object", route == Route::OaiChat ? "chat.completion.chunk" : "text_completion"},
               {"created", created},
               {"model", model},
               {"system_fingerprint", "graft-0.1.0"},
               {"choices", json::array()},
-              {"usage", usage(c)},
-              {"timings", timings_json(c.final)}};
+              {"usage", usage(cs)},
+              {"timings", timings_json(cs.at(0).final)}};
 }
 
 }  // namespace graft::server

@@ -31,6 +31,9 @@ struct CompletionRequest {
   bool cache_prompt = true;
   bool include_usage = false;  // OpenAI stream_options.include_usage
   std::string model;           // OpenAI `model`, echoed back
+  int32_t n = 1;               // OpenAI `n`: choices, each its own sequence (seed, seed + 1, ...)
+  bool logprobs = false;       // OpenAI logprobs (chat `logprobs: true`, completions `logprobs: k`)
+  int32_t top_logprobs = 0;    // chat `top_logprobs`, completions `logprobs`
 };
 
 // The grammar a request's `grammar`, `json_schema` or `response_format` asks for (none: nullptr).
@@ -71,6 +74,7 @@ struct Completed {
   std::string text;
   std::vector<int32_t> tokens;
   std::vector<std::vector<engine::TokenProb>> probs;
+  std::vector<float> token_probs;  // the drawn tokens' probabilities (with n_probs or OpenAI logprobs)
   JobEvent final;
 };
 json timings_json(const JobEvent& final);
@@ -80,9 +84,18 @@ json completion_stream_chunk(const JobEvent& e, const text::Tokenizer& tok);
 json completion_stream_final(const Completed& c, const CompletionRequest& req, const text::Tokenizer& tok,
                              const std::string& model_name);
 const char* finish_reason(engine::StopReason r);
-json oai_response(const Completed& c, Route route, const std::string& id, int64_t created, const std::string& model);
+// OpenAI's logprobs object for `tokens` (chat: {content: [{token, logprob, bytes, top_logprobs}]};
+// completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}, with
+// text_offset counted from and advancing `text_offset`, in bytes). logprob: log softmax of the raw
+// logits (before bias, penalties, grammar and temperature), floored at log(1e-30).
+json oai_logprobs(Route route, const std::vector<int32_t>& tokens, const std::vector<std::vector<engine::TokenProb>>& probs,
+                  const std::vector<float>& chosen, int32_t k, const text::Tokenizer& tok, int64_t& text_offset);
+// One choice per element of `choices` (index = position).
+json oai_response(const std::vector<Completed>& choices, const CompletionRequest& req, const text::Tokenizer& tok,
+                  Route route, const std::string& id, int64_t created, const std::string& model);
 json oai_chunk(Route route, const std::string& id, int64_t created, const std::string& model, const std::string* text,
-               const char* finish, bool role);
-json oai_usage_chunk(const Completed& c, Route route, const std::string& id, int64_t created, const std::string& model);
+               const char* finish, bool role, int index = 0, json logprobs = nullptr);
+json oai_usage_chunk(const std::vector<Completed>& choices, Route route, const std::string& id, int64_t created,
+                     const std::string& model);
 
 }  // namespace graft::server

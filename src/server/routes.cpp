@@ -69,16 +69,22 @@ void accumulate(Completed& c, JobEvent& e) {
   c.text += e.text;
   c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
   for (auto& p : e.probs) c.probs.push_back(std::move(p));
+  c.token_probs.insert(c.token_probs.end(), e.token_probs.begin(), e.token_probs.end());
 }
 
-// One streamed response in progress.
+// One streamed response in progress: its choices' jobs (one but with OpenAI's n), sharing a channel.
 struct StreamState {
-  std::shared_ptr<CompletionJob> job;
+  std::vector<std::shared_ptr<CompletionJob>> jobs;
   CompletionRequest req;
   Route route;
-  Completed done;
+  std::vector<Completed> done;
+  std::vector<int64_t> offsets;  // completions logprobs' text_offset, per choice
   std::string id;
+  int finals = 0;
   bool role_sent = false, finished = false;
+  void cancel() {
+    for (auto& j : jobs) j->cancelled = true;
+  }
 };
 
 void handle_completion(State& st, Route route, const httplib::Request& http, httplib::Response& res) {
@@ -91,6 +97,10 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
   } catch (const std::exception& e) {
     return send_error(res, api_error(e));
   }
+  if (req.n > st.scheduler->options().parallel)
+    return send_error(res, api_error(400, "invalid_request_error",
+                                     "field 'n' must be in [1, " + std::to_string(st.scheduler->options().parallel) +
+                                         "]: at most --parallel choices, each decoded in its own slot"));
   if (static_cast<int64_t>(req.prompt.size()) >= st.slot_ctx)
     return send_error(res, api_error(400, "exceed_context_size_error",
                                      "the request (" + std::to_string(req.prompt.size()) +
@@ -112,8 +122,31 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
   }
   job->cache_prompt = req.cache_prompt;
   job->deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(st.opts.timeout_s * 1e3));
+  // n > 1: choice i is its own sequence with seed + i, started once choice 0 has evaluated the
+  // prompt, whose KV it copies (Scheduler::start).
+  std::vector<std::shared_ptr<CompletionJob>> jobs{job};
+  for (int32_t i = 1; i < req.n; ++i) {
+    auto j = std::make_shared<CompletionJob>();
+    j->prompt = job->prompt;
+    j->params = job->params;
+    j->params.sampling.seed = job->params.sampling.seed + static_cast<uint64_t>(i);
+    j->adapters = job->adapters;
+    j->cache_prompt = job->cache_prompt;
+    j->deadline = job->deadline;
+    j->index = i;
+    j->leader = job;
+    j->channel = job->channel;
+    jobs.push_back(std::move(j));
+  }
   try {
-    st.scheduler->submit(job);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      try {
+        st.scheduler->submit(jobs[i]);
+      } catch (...) {
+        for (size_t k = 0; k < i; ++k) jobs[k]->cancelled = true;
+        throw;
+      }
+    }
   } catch (const std::exception& e) {
     return send_error(res, api_error(e));
   }
@@ -121,28 +154,35 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
   const std::string id = random_id(route == Route::OaiChat ? "chatcmpl-" : "cmpl-");
 
   if (!req.stream) {
-    Completed c;
-    for (;;) {
+    std::vector<Completed> cs(jobs.size());
+    const Completed* failed = nullptr;
+    for (size_t finals = 0; finals < jobs.size();) {
       JobEvent e;
       if (!job->pop(e, std::chrono::milliseconds(100))) continue;
+      Completed& c = cs.at(static_cast<size_t>(e.index));
       const bool last = e.final;
-      if (last) c.final = e;
+      if (last) {
+        c.final = e;
+        ++finals;
+        if (e.failed && !failed) failed = &c;
+      }
       accumulate(c, e);
-      if (last) break;
     }
-    if (c.final.failed) {
-      const Error err(c.final.error, c.final.error_kind);
+    if (failed) {
+      const Error err(failed->final.error, failed->final.error_kind);
       return send_error(res, api_error(err));
     }
-    if (route == Route::Completion) return send_json(res, 200, completion_response(c, req, eng.tokenizer(), model));
-    return send_json(res, 200, oai_response(c, route, id, std::time(nullptr), model));
+    if (route == Route::Completion) return send_json(res, 200, completion_response(cs[0], req, eng.tokenizer(), model));
+    return send_json(res, 200, oai_response(cs, req, eng.tokenizer(), route, id, std::time(nullptr), model));
   }
 
   auto ss = std::make_shared<StreamState>();
-  ss->job = job;
+  ss->jobs = jobs;
   ss->req = std::move(req);
   ss->route = route;
   ss->id = id;
+  ss->done.resize(jobs.size());
+  ss->offsets.assign(jobs.size(), 0);
   const int64_t created = std::time(nullptr);
   const text::Tokenizer* tok = &eng.tokenizer();
   res.set_header("Cache-Control", "no-cache");
@@ -151,54 +191,74 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
       [ss, model, created, tok](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) {
           if (!sink.write(s.data(), s.size())) {
-            ss->job->cancelled = true;
+            ss->cancel();
             return false;
           }
           return true;
         };
         if (ss->finished) return false;
-        if (!sink.is_writable()) {  // the client went away: free the slot at the next token
-          ss->job->cancelled = true;
+        if (!sink.is_writable()) {  // the client went away: free the slots at the next token
+          ss->cancel();
           return false;
         }
         if (ss->route == Route::OaiChat && !ss->role_sent) {
           ss->role_sent = true;
-          if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, nullptr, true)))) return false;
+          for (size_t i = 0; i < ss->jobs.size(); ++i)
+            if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, nullptr, true, static_cast<int>(i)))))
+              return false;
         }
         JobEvent e;
-        if (!ss->job->pop(e, std::chrono::milliseconds(50))) return true;
+        if (!ss->jobs[0]->pop(e, std::chrono::milliseconds(50))) return true;
         if (e.final && e.failed) {
           const Error err(e.error, e.error_kind);
           write(sse(api_error(err).body));
+          ss->cancel();
           ss->finished = true;
           sink.done();
           return true;
         }
+        const int index = e.index;
+        Completed& done = ss->done.at(static_cast<size_t>(index));
         const bool last = e.final;
-        if (last) ss->done.final = e;
-        accumulate(ss->done, e);
+        if (last) done.final = e;
         if (!e.text.empty() || !e.tokens.empty()) {
-          json chunk = ss->route == Route::Completion ? completion_stream_chunk(e, *tok)
-                                                      : oai_chunk(ss->route, ss->id, created, model, &e.text, nullptr, false);
+          json chunk;
+          if (ss->route == Route::Completion) {
+            chunk = completion_stream_chunk(e, *tok);
+          } else {
+            json lp = nullptr;
+            if (ss->req.logprobs)
+              lp = oai_logprobs(ss->route, e.tokens, e.probs, e.token_probs, ss->req.top_logprobs, *tok,
+                                ss->offsets[static_cast<size_t>(index)]);
+            chunk = oai_chunk(ss->route, ss->id, created, model, &e.text, nullptr, false, index, std::move(lp));
+          }
+          accumulate(done, e);
           if (!write(sse(chunk))) return false;
+        } else {
+          accumulate(done, e);
         }
         if (last) {
+          ++ss->finals;
           if (ss->route == Route::Completion) {
-            if (!write(sse(completion_stream_final(ss->done, ss->req, *tok, model)))) return false;
-          } else {
-            if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, finish_reason(e.reason), false))))
-              return false;
-            if (ss->req.include_usage && !write(sse(oai_usage_chunk(ss->done, ss->route, ss->id, created, model))))
-              return false;
-            if (!write("data: [DONE]\n\n")) return false;
+            if (!write(sse(completion_stream_final(done, ss->req, *tok, model)))) return false;
+          } else if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, finish_reason(e.reason), false,
+                                          index)))) {
+            return false;
           }
-          ss->finished = true;
-          sink.done();
+          if (ss->finals == static_cast<int>(ss->jobs.size())) {
+            if (ss->route != Route::Completion) {
+              if (ss->req.include_usage && !write(sse(oai_usage_chunk(ss->done, ss->route, ss->id, created, model))))
+                return false;
+              if (!write("data: [DONE]\n\n")) return false;
+            }
+            ss->finished = true;
+            sink.done();
+          }
         }
         return true;
       },
       [ss](bool success) {
-        if (!success || !ss->finished) ss->job->cancelled = true;
+        if (!success || !ss->finished) ss->cancel();
       });
 }
 

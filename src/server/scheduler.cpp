@@ -118,12 +118,48 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+std::vector<int32_t> Scheduler::held_tokens(const Slot& s) {
+  if (!s.seq) return s.cached;
+  std::vector<int32_t> t = s.seq->prompt();  // a running slot: its history, as far as evaluated
+  t.insert(t.end(), s.seq->generated().begin(), s.seq->generated().end());
+  t.resize(static_cast<size_t>(std::min<int64_t>(s.cache->size(), static_cast<int64_t>(t.size()))));
+  return t;
+}
+
+bool Scheduler::waits_for_leader(const CompletionJob& job) const {
+  if (!job.leader) return false;
+  if (std::find(queue_.begin(), queue_.end(), job.leader) != queue_.end()) return true;
+  const int64_t want = static_cast<int64_t>(job.leader->prompt.size()) - 1;
+  for (const Slot& s : slots_)
+    if (s.job == job.leader) return s.cache->size() < want;  // its prompt is being evaluated
+  return false;  // finished (or failed): whatever its slot still holds is found in start()
+}
+
 void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
   Slot& s = slots_[i];
+  const int64_t cap = static_cast<int64_t>(job->prompt.size()) - 1;
   int64_t reuse = 0;
   if (job->cache_prompt && s.digest == job->adapters.digest)
-    reuse = std::min<int64_t>(common_prefix(s.cached, job->prompt), static_cast<int64_t>(job->prompt.size()) - 1);
+    reuse = std::min<int64_t>(common_prefix(s.cached, job->prompt), cap);
   reuse = std::max<int64_t>(0, reuse);
+  if (job->leader) {
+    // A choice after the first: the longest prefix any slot holds under the same adapters (the
+    // leader's, running or finished), copied into this slot when longer than its own.
+    int64_t from = -1, len = reuse;
+    for (size_t k = 0; k < slots_.size(); ++k) {
+      if (k == i || slots_[k].digest != job->adapters.digest) continue;
+      const int64_t l = std::min<int64_t>(common_prefix(held_tokens(slots_[k]), job->prompt), cap);
+      if (l > len) {
+        from = static_cast<int64_t>(k);
+        len = l;
+      }
+    }
+    if (from >= 0) {
+      s.cache->copy_prefix(*slots_[static_cast<size_t>(from)].cache, len);
+      s.cached.assign(job->prompt.begin(), job->prompt.begin() + len);
+      reuse = len;
+    }
+  }
   s.cache->truncate(reuse);
   s.cached.resize(static_cast<size_t>(reuse));
   s.digest = job->adapters.digest;
@@ -154,7 +190,7 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
       job->push(error_event(ErrorKind::kLimit, "cancelled before it started"));
       continue;
     }
-    if (!job->adapters_ready) {
+    if (!job->adapters_ready || waits_for_leader(*job)) {
       ++it;
       continue;
     }
@@ -241,8 +277,9 @@ void Scheduler::loop() {
       return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.job == nullptr; });
     };
     const auto has_startable = [&] {
-      return std::any_of(queue_.begin(), queue_.end(),
-                         [](const auto& j) { return j->adapters_ready || j->cancelled.load(); });
+      return std::any_of(queue_.begin(), queue_.end(), [&](const auto& j) {
+        return (j->adapters_ready && !waits_for_leader(*j)) || j->cancelled.load();
+      });
     };
     cv_.wait(lock, [&] { return stopping_ || has_active() || (has_startable() && has_free()); });
     if (stopping_) {
@@ -303,6 +340,7 @@ void Scheduler::loop() {
         if (out.sampled && !eos) {
           e.tokens.push_back(out.token);
           if (!out.top.empty()) e.probs.push_back(std::move(out.top));
+          if (s.job->params.n_probs > 0 || s.job->params.token_prob) e.token_probs.push_back(out.prob);
         }
         s.job->push(std::move(e));
       }

@@ -79,6 +79,10 @@ class Scheduler {
   void load_loop();  // builds the adapters of queued jobs that wait for them
   void admit(std::unique_lock<std::mutex>& lock);
   void start(size_t slot, std::shared_ptr<CompletionJob> job);
+  // The tokens whose KV a slot holds (a running slot's history as far as evaluated).
+  static std::vector<int32_t> held_tokens(const Slot& s);
+  // A later choice of an n > 1 request whose first has not evaluated its prompt yet.
+  bool waits_for_leader(const CompletionJob& job) const;
   // Sends the final event and frees the slot; `why` makes it an error (timeout, shutdown).
   void finish(size_t slot, const char* why = nullptr);
   void fail_active(const std::exception& e);

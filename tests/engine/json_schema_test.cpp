@@ -111,7 +111,11 @@ TEST(JsonSchemaMatch, ScalarTypes) {
         {".5", "1.", "1e", "01", "+1", "NaN", "Infinity", "\"1\""});
   check(json::parse(R"({"type":"boolean"})"), {"true", "false"}, {"1", "True", "null", "\"true\""});
   check(json::parse(R"({"type":"null"})"), {"null"}, {"0", "\"null\"", "Null"});
-  EXPECT_TRUE(complete(compile(json::parse(R"({"type":"number"})")), "1.5e+300"));
+  // Exponents of at most two digits: every number is a finite double.
+  const auto numbers = compile(json::parse(R"({"type":"number"})"));
+  EXPECT_TRUE(complete(numbers, "1.5e+99"));
+  EXPECT_TRUE(complete(numbers, "-1E-07"));
+  EXPECT_FALSE(complete(numbers, "1e400"));
 }
 
 TEST(JsonSchemaMatch, ObjectWithRequiredOptionalAndNoExtras) {
@@ -298,6 +302,13 @@ TEST(JsonSchemaMatch, UnicodeStringsAndNames) {
         {R"({"名前":"日本"})", R"({"名前":"日本語","emoji 😀":true})", R"({"名前":"😀😀"})",
          R"({"名前":"\n\u00e9"})"},
         {R"({"名前":"日"})", R"({"名前":"日本語!"})", R"({"名":"日本"})"});
+  // A character outside the BMP is one code point, written as itself; as a \u surrogate pair it would
+  // count twice, so surrogate escapes are not generated.
+  const auto two = compile(json::parse(R"({"type":"string","minLength":2,"maxLength":2})"));
+  EXPECT_TRUE(complete(two, "\"\xF0\x9F\x98\x80\xF0\x9F\x98\x80\""));
+  EXPECT_TRUE(complete(two, R"("\u00e9\uFFFD")"));
+  EXPECT_FALSE(complete(two, R"("\ud83d\ude00")"));
+  EXPECT_FALSE(complete(two, R"("\uD800x")"));
   // Partial UTF-8: a character split across token boundaries still matches.
   const auto g = compile(json::parse(R"({"type":"string","maxLength":1})"));
   GrammarMatcher m(g);
@@ -353,8 +364,9 @@ TEST(JsonSchemaMatch, NonNegativeNumbersAndNullable) {
 TEST(JsonSchemaMatch, UntypedSchemasTakeTheTypesTheirKeywordsName) {
   check(json::parse("{}"), {"1", R"("s")", "null", R"({"a":[1,{"b":false}]})", "[]"}, {"", "nul", "{", "[1,]"});
   check(json::parse("true"), {"[true]"}, {"tru"});
-  check(json::parse(R"({"description":"annotations only","title":"t","examples":[1],"default":2,"$comment":"c",
-                        "x-vendor":{"anything":1}})"),
+  check(json::parse(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","$id":"https://example.com/s",
+                        "description":"annotations only","title":"t","examples":[1],"default":2,"$comment":"c",
+                        "deprecated":true,"readOnly":false,"x-vendor":{"anything":1}})"),
         {"1", "[]"}, {"]"});
   check(json::parse(R"({"properties":{"a":{"type":"integer"}},"required":["a"]})"), {R"({"a":1})"},
         {"1", R"({"a":"x"})"});
@@ -479,12 +491,20 @@ TEST(JsonSchemaRefuse, BoundsPastTheGrammarLimits) {
   const Error e = refusal(json::parse(R"({"type":"string","maxLength":20000})"));
   EXPECT_EQ(e.kind(), ErrorKind::kLimit) << e.what();
   EXPECT_EQ(std::string(e.what()), "json_schema: (root): 'maxLength' above 10000 is not supported");
-  // Many optional properties multiply: refused before the grammar gets larger than the parser allows.
+  // Refused before the grammar gets larger than the parser allows.
   json wide = json::parse(R"({"type":"object"})");
-  for (int i = 0; i < 400; ++i) wide["properties"]["property_" + std::to_string(i)]["type"] = "integer";
+  for (int i = 0; i < 1500; ++i) wide["properties"]["property_" + std::to_string(i)]["type"] = "integer";
   const Error w = refusal(wide);
   EXPECT_EQ(w.kind(), ErrorKind::kLimit) << w.what();
   EXPECT_EQ(std::string(w.what()), "json_schema: the grammar would exceed 100000 bytes");
+  // Nesting: a deep schema, and a recursive $ref whose siblings make it expand rather than refer.
+  json deep = json::object();
+  for (int i = 0; i < 250; ++i) deep = json{{"type", "array"}, {"items", deep}};
+  EXPECT_EQ(refusal(deep).kind(), ErrorKind::kLimit);
+  const Error r = refusal(json::parse(R"({"$defs":{"n":{"type":"array","items":{"$ref":"#/$defs/n","maxItems":2}}},
+                                         "$ref":"#/$defs/n"})"));
+  EXPECT_EQ(r.kind(), ErrorKind::kLimit) << r.what();
+  EXPECT_NE(std::string(r.what()).find("levels deep (a recursive '$ref' with sibling keywords"), std::string::npos);
   // A maxLength at the limit still compiles.
   EXPECT_NO_THROW(compile(json::parse(R"({"type":"string","maxLength":10000})")));
 }

@@ -20,10 +20,11 @@
 //    after the listed ones, with the additionalProperties schema. Extra keys are not checked against
 //    each other.
 //  * Strings: '"', then characters other than '"', '\', DEL and C0 controls, or the JSON escapes
-//    (\" \\ \/ \b \f \n \r \t \uXXXX), then '"'. minLength/maxLength count these characters (an escape
-//    counts as one, so a surrogate pair written as two \u escapes counts as two).
-//  * Numbers: -?(0|[1-9][0-9]{0,15})(.[0-9]{1,16})?([eE][-+]?[0-9]{1,3})?; integers without fraction
-//    or exponent. Bounded digit counts stop a model from looping on digits.
+//    (\" \\ \/ \b \f \n \r \t, and \uXXXX except UTF-16 surrogates: characters outside the BMP
+//    are written as themselves), then '"'. Each counts as one character for minLength/maxLength,
+//    which is the code point count JSON Schema uses.
+//  * Numbers: -?(0|[1-9][0-9]{0,15})(.[0-9]{1,16})?([eE][-+]?[0-9]{1,2})?, always a finite double;
+//    integers without fraction or exponent. Bounded digit counts stop a model from looping on digits.
 //  * enum/const values as their compact serialisation (nlohmann's dump()), whatever their type.
 //
 // Keywords:
@@ -35,7 +36,9 @@
 //    accepted (graft does not check exclusivity). Sibling keywords are merged into each branch.
 //  * allOf, and $ref with constraining siblings: merged into one schema where that is trivial
 //    (disjoint keywords, equal values, unions of `required`, tightest bounds, types intersected,
-//    properties merged per name); otherwise refused (kUnsupported).
+//    properties merged per name); otherwise refused (kUnsupported), e.g. different values of one
+//    keyword, a part adding properties where another restricts additionalProperties, array parts
+//    with different prefixItems, nullable in only some parts.
 //  * Integer minimum/maximum/exclusiveMinimum/exclusiveMaximum: exact, as digit ranges (bounds within
 //    ±(10^18-1)). On numbers only "minimum": 0 (no minus sign) is implemented; other bounds refused.
 //  * format: "date", "time", "date-time" (RFC 3339, exact calendar with leap years, years 0001-9999;

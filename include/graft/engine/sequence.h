@@ -64,6 +64,7 @@ struct SequenceParams {
   std::shared_ptr<const Grammar> grammar;
   std::shared_ptr<const TokenTrie> grammar_vocab;
   int32_t n_probs = 0;               // > 0: keep the top-n token probabilities of each step
+  bool token_prob = false;           // keep the drawn token's probability (also with n_probs > 0)
 };
 
 struct TokenProb {
@@ -77,6 +78,7 @@ struct StepOutput {
   int32_t token = -1;                   // the drawn token (also when it is EOS)
   std::string text;                     // text that became final this step
   std::vector<TokenProb> top;           // with n_probs > 0
+  float prob = 0.0f;                    // the drawn token's, with n_probs > 0 or token_prob
 };
 
 class Sequence {

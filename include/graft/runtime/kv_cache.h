@@ -43,6 +43,9 @@ class KVCache {
   void advance(int64_t n);
   // Drops positions >= n (keeps a shared prefix, e.g. to reuse a cached prompt).
   void truncate(int64_t n);
+  // Becomes a copy of `from`'s first n positions (same model and type; n <= from.size() and
+  // <= capacity()): another sequence's prompt KV, reused without evaluating it again.
+  void copy_prefix(const KVCache& from, int64_t n);
 
   // Writes one position's keys and values of a layer (kv_dim floats each), rounded to dtype().
   // The position must be reserved.
