@@ -5,6 +5,7 @@
 
 #include "engine/json_schema_gbnf.h"
 #include "graft/core/error.h"
+#include "graft/core/utf8.h"
 
 namespace graft::engine::json_schema_detail {
 
@@ -41,25 +42,7 @@ std::optional<std::vector<uint32_t>> utf8_code_points(std::string_view s) {
   return out;
 }
 
-std::string utf8_encode(uint32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
+std::string utf8_encode(uint32_t cp) { return utf8_of(static_cast<char32_t>(cp)); }
 
 namespace {
 

@@ -115,6 +115,17 @@ StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
     t_end_ = Clock::now();
     if (first && t_first_ == Clock::time_point{}) t_first_ = t_end_;
   };
+  // EOS drawn, or a grammar with nothing more to give: the text held back is released (unless it
+  // completes a stop string) and the sequence ends.
+  auto end_of_text = [&]() -> StepOutput& {
+    finish(StopReason::Eos);
+    const std::string* matched = nullptr;
+    out.text = stops_.push(decoder_.flush(), &matched);
+    if (matched) stopping_word_ = *matched;
+    else out.text += stops_.flush();
+    text_ += out.text;
+    return out;
+  };
   if (params_.max_tokens >= 0 && static_cast<int64_t>(generated_.size()) >= params_.max_tokens) {
     finish(StopReason::MaxTokens);
     out.text = stops_.flush();
@@ -156,13 +167,7 @@ StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
     for (const auto& [id, bias] : params_.sampling.logit_bias)  // banned tokens: as if the grammar refused them
       if (bias == -INFINITY && id >= 0 && static_cast<size_t>(id) < allowed_.size()) allowed_[static_cast<size_t>(id)] = 0;
     if (std::find(allowed_.begin(), allowed_.end(), uint8_t{1}) == allowed_.end()) {
-      finish(StopReason::Eos);
-      const std::string* matched = nullptr;
-      out.text = stops_.push(decoder_.flush(), &matched);
-      if (matched) stopping_word_ = *matched;
-      else out.text += stops_.flush();
-      text_ += out.text;
-      return out;
+      return end_of_text();
     }
   }
   const int32_t next = sampler_.sample(logits, history_,
@@ -173,13 +178,7 @@ StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
   if (probs) out.prob = static_cast<float>(std::exp(static_cast<double>(logits[next] - mx)) / sum);
   if (first) t_first_ = Clock::now();
   if (std::find(params_.eos_ids.begin(), params_.eos_ids.end(), next) != params_.eos_ids.end()) {
-    finish(StopReason::Eos);
-    const std::string* matched = nullptr;
-    out.text = stops_.push(decoder_.flush(), &matched);
-    if (matched) stopping_word_ = *matched;
-    else out.text += stops_.flush();
-    text_ += out.text;
-    return out;
+    return end_of_text();
   }
   generated_.push_back(next);
   history_.push_back(next);

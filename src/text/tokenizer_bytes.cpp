@@ -1,27 +1,12 @@
 // UTF-8 helpers and the GPT-2 bytes-to-unicode table used by byte-level BPE.
 #include <array>
 
+#include "graft/core/utf8.h"
 #include "text/tokenizer_internal.h"
 
 namespace graft::text::detail {
 
-void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+void utf8_append(std::string& out, char32_t cp) { graft::append_utf8(out, cp); }
 
 char32_t utf8_next(std::string_view s, size_t& i) {
   auto b = [&](size_t k) { return static_cast<uint8_t>(s[i + k]); };

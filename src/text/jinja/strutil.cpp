@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "graft/core/utf8.h"
+
 namespace graft::text::jinja {
 
 size_t utf8_char_len(std::string_view s, size_t i) {
@@ -29,23 +31,7 @@ uint32_t utf8_next(std::string_view s, size_t& i) {
   return cp;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xe0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-}
+void append_utf8(std::string& out, uint32_t cp) { graft::append_utf8(out, static_cast<char32_t>(cp)); }
 
 size_t utf8_length(std::string_view s) {
   size_t n = 0;
