@@ -52,12 +52,6 @@ void measure(const runtime::LoraAdapter& a, AdapterInfo& info) {
   info.rank = rank;
 }
 
-std::string metadata(const adapter::WeightAdapter& a, std::initializer_list<const char*> keys) {
-  for (const char* k : keys)
-    if (auto it = a.metadata.find(k); it != a.metadata.end()) return it->second;
-  return {};
-}
-
 void check_name(const std::string& name) {
   if (name.empty()) fail_as(ErrorKind::kBadRequest, "an adapter name must not be empty");
   if (name.size() > 256) fail_as(ErrorKind::kBadRequest, "adapter name '", name.substr(0, 64), "...' is over 256 bytes");
@@ -68,6 +62,16 @@ void check_name(const std::string& name) {
 }
 
 }  // namespace
+
+void read_adapter_labels(const adapter::WeightAdapter& a, AdapterInfo& info) {
+  const auto first = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (auto it = a.metadata.find(k); it != a.metadata.end()) return it->second;
+    return std::string();
+  };
+  info.task_name = first({"task_name", "adapter.lora.task_name"});
+  info.prompt_prefix = first({"prompt_prefix", "adapter.lora.prompt_prefix"});
+}
 
 bool Selection::ready() const {
   return std::all_of(picks.begin(), picks.end(), [](const AdapterPick& p) { return p.terms != nullptr; });
@@ -237,8 +241,7 @@ int64_t AdapterRegistry::add(const std::string& name, std::shared_ptr<const adap
   e->info.name = name;
   e->info.path = e->source->path;
   e->info.scale = scale;
-  e->info.task_name = metadata(*e->source, {"task_name", "adapter.lora.task_name"});
-  e->info.prompt_prefix = metadata(*e->source, {"prompt_prefix", "adapter.lora.prompt_prefix"});
+  read_adapter_labels(*e->source, e->info);
   // Everything that can refuse runs before the entry becomes visible.
   e->info.content_digest = content_digest(e->info.path);
   auto terms = build(e);
@@ -362,7 +365,6 @@ void AdapterRegistry::enforce_budget() {
         ++n;
         bytes += e->info.bytes;
       }
-    stats_.resident_bytes = bytes;
     return (limits_.max_adapters > 0 && n > limits_.max_adapters) || (limits_.max_bytes > 0 && bytes > limits_.max_bytes);
   };
   while (over()) {

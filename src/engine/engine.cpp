@@ -28,11 +28,7 @@ std::vector<AdapterInfo> adapter_infos(const EngineOptions& o, bool digests = tr
     names.push_back(a.name);
     a.path = u.adapter->path;
     a.scale = o.init_without_apply ? 0.0f : u.strength;
-    const auto& md = u.adapter->metadata;
-    for (const char* k : {"task_name", "adapter.lora.task_name"})
-      if (auto it = md.find(k); it != md.end()) a.task_name = it->second;
-    for (const char* k : {"prompt_prefix", "adapter.lora.prompt_prefix"})
-      if (auto it = md.find(k); it != md.end()) a.prompt_prefix = it->second;
+    read_adapter_labels(*u.adapter, a);
     if (digests) a.content_digest = content_digest(a.path);
     infos.push_back(std::move(a));
   }

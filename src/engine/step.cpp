@@ -17,31 +17,29 @@ struct MergedAdapters {
 
 MergedAdapters merge_adapters(const runtime::LoraSet& engine_set, std::span<Sequence* const> sequences,
                               const std::vector<size_t>& chosen) {
-  auto own = [&](const Sequence& s) {
-    std::vector<SequenceAdapter> a = s.params().adapters;
-    if (a.empty())
-      for (size_t i = 0; i < s.params().lora_scales.size(); ++i)
-        a.push_back({engine_set.adapters[i], s.params().lora_scales[i], static_cast<int64_t>(i)});
-    return a;
-  };
-  std::map<std::pair<int64_t, const runtime::LoraAdapter*>, size_t> index;
-  std::vector<std::shared_ptr<const runtime::LoraAdapter>> held;
-  for (size_t i : chosen)
-    for (const auto& a : own(*sequences[i]))
-      if (a.scale != 0.0f && index.emplace(std::make_pair(a.order, a.terms.get()), 0).second) held.push_back(a.terms);
-  MergedAdapters m;
-  for (auto& [key, pos] : index) {
-    pos = m.set.adapters.size();
-    for (const auto& h : held)
-      if (h.get() == key.second) {
-        m.set.adapters.push_back(h);
-        break;
-      }
-  }
+  std::vector<std::vector<SequenceAdapter>> own;  // per chosen sequence, its adapters at non-zero scale
   for (size_t i : chosen) {
+    const SequenceParams& p = sequences[i]->params();
+    std::vector<SequenceAdapter> a = p.adapters;
+    if (a.empty())
+      for (size_t k = 0; k < p.lora_scales.size(); ++k)
+        a.push_back({engine_set.adapters[k], p.lora_scales[k], static_cast<int64_t>(k)});
+    std::erase_if(a, [](const SequenceAdapter& x) { return x.scale == 0.0f; });
+    own.push_back(std::move(a));
+  }
+  // Distinct adapters keyed by (order, identity), so the map's order is the pass's order.
+  std::map<std::pair<int64_t, const runtime::LoraAdapter*>, std::shared_ptr<const runtime::LoraAdapter>> distinct;
+  for (const auto& a : own)
+    for (const auto& x : a) distinct.emplace(std::make_pair(x.order, x.terms.get()), x.terms);
+  MergedAdapters m;
+  std::map<std::pair<int64_t, const runtime::LoraAdapter*>, size_t> index;
+  for (const auto& [key, terms] : distinct) {
+    index[key] = m.set.adapters.size();
+    m.set.adapters.push_back(terms);
+  }
+  for (const auto& a : own) {
     std::vector<float> sc(m.set.size(), 0.0f);
-    for (const auto& a : own(*sequences[i]))
-      if (a.scale != 0.0f) sc[index.at({a.order, a.terms.get()})] = a.scale;
+    for (const auto& x : a) sc[index.at({x.order, x.terms.get()})] = x.scale;
     m.scales.push_back(std::move(sc));
   }
   return m;

@@ -173,9 +173,7 @@ void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
     return;
   }
   for (const auto& p : job->adapters.picks) {
-    auto& c = stats_.adapters[p.id];
-    c.name = p.name;
-    ++c.requests;
+    ++stats_.adapters[p.id].requests;
   }
   ++stats_.requests_total;
   s.job = std::move(job);
@@ -242,7 +240,6 @@ void Scheduler::finish(size_t i, const char* why) {
   }
   for (const auto& p : s.job->adapters.picks) {
     auto& c = stats_.adapters[p.id];
-    c.name = p.name;
     c.prompt_tokens += e.prompt_tokens - e.tokens_cached;
     c.generation_tokens += e.predicted;
   }

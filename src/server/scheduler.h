@@ -45,8 +45,7 @@ struct SchedulerStats {
   // Adapter names (non-zero scale) of the requests in slots, and of those in the queue.
   std::vector<std::string> running_adapters, waiting_adapters;
   int64_t waiting_for_adapter = 0;  // queued requests whose adapters are being built
-  struct AdapterCounters {
-    std::string name;
+  struct AdapterCounters {  // names come from the registry when printed
     int64_t requests = 0, prompt_tokens = 0, generation_tokens = 0;
   };
   std::map<int64_t, AdapterCounters> adapters;  // by adapter id

@@ -55,6 +55,10 @@ struct AdapterInfo {
   bool pinned = false;           // never evicted now: a non-zero default scale
 };
 
+// Copies the labels llama-server reports per adapter (task_name, prompt_prefix: GGUF adapter
+// metadata, under either spelling) from `adapter` into `info`.
+void read_adapter_labels(const adapter::WeightAdapter& adapter, AdapterInfo& info);
+
 struct ScaleEntry {
   int64_t id = 0;
   double scale = 0.0;
@@ -70,7 +74,7 @@ struct ResidencyLimits {
 struct RegistryStats {
   int64_t loads = 0;       // term builds (registration, and each rebuild after an eviction)
   int64_t evictions = 0;   // resident adapters dropped to mapped-only by the budget
-  int64_t resident_bytes = 0;
+  int64_t resident_bytes = 0;  // derived by stats() from the resident entries
   // Build durations as a histogram: builds of at most kLoadBuckets[i] seconds (and more than the
   // bucket before) in load_buckets[i]; the last slot holds the longer ones.
   static constexpr std::array<double, 13> kLoadBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
