@@ -82,6 +82,8 @@ Runner add_serve_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--body-limit", s.body_limit, "Largest request body in bytes")->capture_default_str();
   app.add_flag("--metrics", s.metrics, "Serve Prometheus metrics at GET /metrics");
+  app.add_flag("--webui,!--no-webui", s.webui,
+               "Serve the web page at / (chat, adapter sliders, base vs adapted; default on)");
   app.add_option("--lora,--adapter", a->loras,
                  "Adapter(s) served with live scales (ids in command-line order): DIR[,DIR...] (PEFT, mlx-lm, "
                  "kohya/ComfyUI, LyCORIS, GGUF), default scale 1, named by the last path component; or "
@@ -106,7 +108,7 @@ Runner add_serve_command(CLI::App& app) {
                "Bake the adapters into the weights at load (no decode cost; scales fixed for the process)");
   app.footer(
       "Routes: /health /completion /v1/completions /v1/chat/completions /v1/models /tokenize /detokenize /props\n"
-      "/lora-adapters /metrics /v1/load_lora_adapter /v1/unload_lora_adapter (docs/SERVER.md).\n"
+      "/lora-adapters /metrics /v1/load_lora_adapter /v1/unload_lora_adapter, the web page at / (docs/SERVER.md).\n"
       "Example: graft serve -m models/SmolLM2-135M-Instruct.Q4_1.gguf --lora demo/adapters/pirate-peft --port 8080");
   return [a] { return run_serve(*a); };
 }

@@ -19,6 +19,7 @@
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "server/state.h"
+#include "server/web_assets.h"
 
 namespace graft::server {
 
@@ -406,6 +407,8 @@ void add_routes(httplib::Server& svr, State& st) {
 void add_guards(httplib::Server& svr, State& st) {
   svr.set_pre_routing_handler([&st](const httplib::Request& q, httplib::Response& res) {
     if (q.method == "OPTIONS" || q.path == "/health" || q.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
+    // The page's files hold no data: served while loading and without the key (it asks for one).
+    if (st.opts.webui && is_web_path(q.path)) return httplib::Server::HandlerResponse::Unhandled;
     if (!st.ready) {
       send_error(res, api_error(503, "unavailable_error", "Loading model"));
       return httplib::Server::HandlerResponse::Handled;
@@ -494,6 +497,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   add_guards(svr, st);
   add_routes(svr, st);
   add_adapter_routes(svr, st);
+  if (o.webui) add_web_routes(svr);
   int port = o.port;
   if (port == 0) {
     port = svr.bind_to_any_port(o.host);

@@ -27,6 +27,7 @@ struct ServerOptions {
   bool allow_runtime_lora = false;  // POST /v1/load_lora_adapter, /v1/unload_lora_adapter
   std::string lora_root;            // runtime lora_path values must resolve inside it
   std::string lora_dir;             // an unknown `model` name loads <lora_dir>/<name> on first use
+  bool webui = true;                // the web page at "/" (--no-webui turns it off)
 };
 
 // Checks the model and adapters, listens (answering /health with 503 while the model loads),
