@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev
                 libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev zlib1g-dev libssl-dev \
                 python3 python3-pip python3-venv
 
-.PHONY: all deps build asan models pyenv demo test test-fast bench clean fuzz
+.PHONY: all deps browser-deps build asan models pyenv demo test test-fast bench clean fuzz
 
 all: build
 
@@ -45,25 +45,36 @@ $(MODEL):
 
 # The Python packages the server's end-to-end tests drive it with (real clients), in a project-local
 # virtual environment: requests, the openai client, pytest; prometheus_client parses /metrics as a
-# router would, PyYAML reads the deploy/ manifests, jsonschema validates structured output.
-PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml jsonschema
+# router would, PyYAML reads the deploy/ manifests, jsonschema validates structured output;
+# selenium drives Chromium through the web page (tests/server/test_webui.py), Pillow decodes its screenshot.
+PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml jsonschema selenium pillow
 pyenv: .venv/.ready
 .venv/.ready: Makefile
 	python3 -m venv .venv
 	.venv/bin/python -m pip install --quiet --disable-pip-version-check $(PY_TEST_PACKAGES)
 	touch $@
 
+# The web page's test runs in a real headless Chromium with its WebDriver, from Debian's packages;
+# under `make test` it must run (GRAFT_REQUIRE_BROWSER: a missing browser fails, not skips).
+BROWSER_APT_PACKAGES := chromium chromium-driver
+browser-deps:
+	@missing=$$(for p in $(BROWSER_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
 # The same prompt without and with the committed demo adapters (demo/adapters/, a few MB).
 demo: build models
 	demo/run_demo.sh ./$(BUILD)/graft $(MODEL)
 
-test: build asan models pyenv
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
+test: build asan models pyenv browser-deps
+	cd $(BUILD) && GRAFT_REQUIRE_BROWSER=1 ctest --output-on-failure -j$(JOBS)
+	cd $(ASAN_BUILD) && GRAFT_REQUIRE_BROWSER=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
 # Release build only (quicker while developing).
-test-fast: build models pyenv
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+test-fast: build models pyenv browser-deps
+	cd $(BUILD) && GRAFT_REQUIRE_BROWSER=1 ctest --output-on-failure -j$(JOBS)
 
 # libFuzzer harnesses (tests/fuzz, clang + ASan + UBSan), each run FUZZ_SECONDS (default 10 min);
 # crashers land in tests/fuzz/regressions/ (docs/RELIABILITY.md). `make test` replays them.

@@ -129,6 +129,7 @@ function renderAdapters() {
     row.className = 'row';
     const range = document.createElement('input');
     Object.assign(range, { type: 'range', id: 'lora-' + a.id, min: SCALE_MIN, max: SCALE_MAX, step: SCALE_STEP });
+    range.setAttribute('list', 'scale-ticks');
     range.value = a.scale;
     const num = document.createElement('input');
     Object.assign(num, { type: 'number', id: 'lora-' + a.id + '-value', min: SCALE_MIN, max: SCALE_MAX, step: SCALE_STEP });
@@ -140,6 +141,7 @@ function renderAdapters() {
       $('adapted-scales').textContent = scalesLabel();
     });
     num.addEventListener('change', () => {
+      if (num.value.trim() === '') return;  // cleared to type a new value: keep the scale meanwhile
       a.scale = clampScale(parseFloat(num.value));
       num.value = a.scale.toFixed(2);
       range.value = a.scale;
@@ -170,7 +172,7 @@ async function loadProps() {
   const g = p.default_generation_settings || {};
   const rows = [
     ['model', p.model_alias],
-    ['path', p.model_path],
+    ['path', p.model_path === p.model_alias ? '' : p.model_path],
     ['context / slot', g.n_ctx],
     ['slots', p.total_slots],
     ['KV cache', p.cache_type],
@@ -460,6 +462,7 @@ function init() {
     if (e.key === 'ArrowRight' || e.key === 'ArrowLeft')
       selectTab($('tab-chat').getAttribute('aria-selected') === 'true' ? 'tab-compare' : 'tab-chat');
   });
+  $('key-form').addEventListener('submit', (e) => e.preventDefault());
   const key = $('api-key');
   key.value = sessionStorage.getItem('graft-api-key') || '';
   key.addEventListener('change', () => {
