@@ -334,6 +334,29 @@ def test_compare_mode_shows_base_and_adapted_side_by_side(web_server, browser):
         check_screenshot(png).quantize(colors=128).save(docs_copy, optimize=True)
 
 
+def test_stop_ends_a_stream_and_the_chat_goes_on(web_server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    d = browser
+    open_page(d, web_server)
+    set_field(d, "max-tokens", 400)
+    set_field(d, "temperature", 0)
+    box = d.find_element(By.ID, "chat-input")
+    box.send_keys("Write a long story about the sea.", Keys.ENTER)
+    wait_for(d, f"const li = {LAST_ANSWER}; return li && li.querySelector('.content').textContent.length > 0",
+             "the first piece")
+    d.find_element(By.ID, "stop").click()
+    wait_for(d, f"return {LAST_ANSWER}.dataset.state !== 'streaming'", "the stream to stop")
+    assert d.execute_script(f"return {LAST_ANSWER}.dataset.state") == "stopped"
+    assert "stopped" in d.execute_script(f"return {LAST_ANSWER}.querySelector('.stats').textContent")
+    assert d.find_element(By.ID, "send").is_enabled() and not d.find_element(By.ID, "stop").is_enabled()
+    set_field(d, "max-tokens", MAX_TOKENS)
+    d.find_element(By.ID, "new-chat").click()
+    text, _ = chat(d, PROMPT)
+    assert text == api_answer(web_server, 0.0)
+    assert console_errors(d) == []
+
+
 def test_server_errors_are_shown(web_server, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys

@@ -124,7 +124,8 @@ function renderAdapters() {
     label.textContent = a.name;
     const meta = document.createElement('div');
     meta.className = 'meta';
-    meta.textContent = 'id ' + a.id + (a.rank ? ' · rank ' + a.rank : '') + (a.path ? ' · ' + a.path : '');
+    meta.textContent = 'id ' + a.id + (a.rank ? ' · rank ' + a.rank : '');
+    wrap.title = a.path;
     const row = document.createElement('div');
     row.className = 'row';
     const range = document.createElement('input');
@@ -172,7 +173,7 @@ async function loadProps() {
   const g = p.default_generation_settings || {};
   const rows = [
     ['model', p.model_alias],
-    ['path', p.model_path === p.model_alias ? '' : p.model_path],
+    ['file', (p.model_path || '').split('/').pop()],
     ['context / slot', g.n_ctx],
     ['slots', p.total_slots],
     ['KV cache', p.cache_type],
@@ -187,6 +188,7 @@ async function loadProps() {
     dt.textContent = k;
     const dd = document.createElement('dd');
     dd.textContent = String(v);
+    if (k === 'file') dd.title = p.model_path;
     dd.dataset.key = k;
     dl.append(dt, dd);
   }
