@@ -29,6 +29,9 @@ struct Matrix {
   // runtime::prepare_weights on CPUs that run it; matmul then reads it instead of `dense` (which
   // stays: embedding rows, adapters and tools read the stored form).
   std::shared_ptr<const runtime::InterleavedBlocks> interleaved;
+  // GGUF blocks multiplied with unrounded F32 activations (runtime::Activations::F32, set by
+  // prepare_weights): each tile of rows dequantized, then the dense F32 kernel.
+  bool f32_activations = false;
 
   bool quantized() const { return quant.bits != 0; }
   int64_t nbytes() const { return quantized() ? quant.nbytes() : dense.nbytes(); }
