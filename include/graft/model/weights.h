@@ -25,7 +25,7 @@ struct Matrix {
   Tensor dense;           // F32/F16/BF16 or GGUF blocks [rows, cols]
   AffineQuantized quant;  // when quantized()
   int64_t rows = 0, cols = 0;
-  // A copy of GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks or mlx affine codes laid out for one integer kernel, made after load by
+  // A copy of GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K blocks or mlx affine codes laid out for one integer kernel, made after load by
   // runtime::prepare_weights on CPUs that run it; matmul then reads it instead of `dense` (which
   // stays: embedding rows, adapters and tools read the stored form).
   std::shared_ptr<const runtime::InterleavedBlocks> interleaved;

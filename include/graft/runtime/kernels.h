@@ -40,7 +40,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor
 void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate = false,
             const ColumnEpilogue* epilogue = nullptr);
 
-// Copies the model's GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices and its mlx affine 4/8-bit matrices into the
+// Copies the model's GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K matrices and its mlx affine 4/8-bit matrices into the
 // layout of the CPU's fastest integer kernel (16 rows interleaved, for AVX512-VNNI, AVX-VNNI or AVX2;
 // GRAFT_Q8_INTERLEAVE=0 keeps them as stored, the affine ones on matmul_affine's F32 kernel). The
 // copies change the summation order of those matrices, and for affine matrices round the
