@@ -73,13 +73,14 @@ const char* interleaved_kind_name(InterleavedKind k) {
     case InterleavedKind::Q5_0: return "Q5_0";
     case InterleavedKind::Q5_1: return "Q5_1";
     case InterleavedKind::Q6_K: return "Q6_K";
+    case InterleavedKind::Affine5: return "affine 5-bit";
   }
   return "?";
 }
 
 bool interleavable(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_0 ||
-         t == DType::Q4_K || t == DType::Q6_K;
+         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
 bool interleave_enabled(DType t) { return interleave_cpu_enabled() && interleavable(t); }
@@ -113,6 +114,7 @@ std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, in
 
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool) {
   if (w.dtype == DType::Q4_K) return interleave_q4_k(w, pool);  // an affine 4-bit copy
+  if (w.dtype == DType::Q5_K) return interleave_q5_k(w, pool);  // an affine 5-bit copy
   if (w.dtype == DType::Q6_K) return interleave_q6_k(w, pool);
   if (!interleavable(w.dtype) || w.shape.size() != 2 || w.shape[1] % kBlock != 0)
     fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K weight with k a multiple of 32, got ",

@@ -38,7 +38,7 @@ inline constexpr int64_t kInterleavedRows = 16;
 inline constexpr int64_t kInterleavedBlock = 32;
 
 // What an interleaved copy was made from: a GGUF block type, or an mlx-lm affine matrix.
-enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8, Q5_0, Q5_1, Q6_K };
+enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8, Q5_0, Q5_1, Q6_K, Affine5 };
 const char* interleaved_kind_name(InterleavedKind k);
 
 // The interleaved copy of one [n, k] weight. Group g holds rows 16g .. 16g + 15 (rows past n are
@@ -49,7 +49,7 @@ const char* interleaved_kind_name(InterleavedKind k);
 //         is nibble − 8; mlx's LSB-first uint32 words are repacked into this order at copy time);
 //   Q8_0: 8 words; word t = columns 4t .. 4t + 3 as q_w + 128 (unsigned);
 //   Affine8: 8 words; word t = columns 4t .. 4t + 3, the unsigned codes as mlx stores them;
-//   Q5_0, Q5_1: the 5-bit code (Q5_0's is q_w + 16) as 4 nibble words, the GGUF qs bytes as for Q4,
+//   Q5_0, Q5_1, Affine5 (GGUF Q5_K's copy): the 5-bit code (Q5_0's is q_w + 16) as 4 nibble words, the GGUF qs bytes as for Q4,
 //         then one word of fifth bits: lane r's byte e, bit t = the qh bit of column 4t + e, so that
 //         word t's fifth bits are one shift and one mask away (5 bits a weight as stored, not 8).
 //   Q6_K: the 6-bit code q (w = d·sc·(q − 32)) as 4 nibble words (low 4 bits, as Q4's), then two
@@ -77,7 +77,9 @@ struct InterleavedBlocks {
   const uint8_t* base = nullptr;  // 64-byte aligned
 
   int64_t groups() const { return (n + kInterleavedRows - 1) / kInterleavedRows; }
-  bool affine() const { return kind == InterleavedKind::Affine4 || kind == InterleavedKind::Affine8; }
+  bool affine() const {
+    return kind == InterleavedKind::Affine4 || kind == InterleavedKind::Affine8 || kind == InterleavedKind::Affine5;
+  }
   const uint8_t* codes(int64_t g) const { return base + g * group_bytes; }
   // GGUF: block b's 16 scales at scales(g) + b·scale_bytes / 2; Q4_1's mins 16 further.
   const uint16_t* scales(int64_t g) const {
@@ -98,7 +100,7 @@ struct InterleavedBlocks {
 // Whether matmul runs interleaved copies of `t` weights on this CPU (the q8 kernel chosen is AVX2,
 // AVX-VNNI or AVX512-VNNI, and GRAFT_Q8_INTERLEAVE is not 0).
 bool interleave_enabled(DType t);
-bool interleavable(DType t);  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K
+bool interleavable(DType t);  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K
 // Whether matmul runs interleaved copies of mlx affine matrices (4 or 8 bits) on this CPU: the same
 // conditions. GRAFT_Q8_INTERLEAVE=0 keeps them on matmul_affine's F32 kernel (the reference path).
 bool interleave_enabled_affine();
@@ -109,6 +111,9 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
 // scale d·sc and bias −(dmin·m) per 32-column sub-block (param_shift 0), both exact in F32, so the
 // copy dequantizes to the GGUF Q4_K values bit for bit (read it back with deinterleave_affine_row).
 std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, ThreadPool* pool = nullptr);
+// The copy of a Q5_K matrix (interleaved_q4k.cpp; k a multiple of 256): as Q4_K's, an affine copy
+// (kind Affine5: Q5_1's code words, F32 scale d·sc and bias −(dmin·m) per 32 columns, exact).
+std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, ThreadPool* pool = nullptr);
 // The copy of a Q6_K matrix (interleaved_q6k.cpp; k a multiple of 256): kind Q6_K, codes and
 // scales as stored (no rounding), read back by deinterleave_q6_k_row.
 std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, ThreadPool* pool = nullptr);
@@ -166,10 +171,10 @@ void interleaved_group_avx2(const InterleavedBlocks& w, const Q8Activations& act
 // whether a min (bias) follows.
 template <InterleavedKind K>
 struct InterleavedFmt {
-  static constexpr bool kAffine = K == InterleavedKind::Affine4 || K == InterleavedKind::Affine8;
+  static constexpr bool kAffine = K == InterleavedKind::Affine4 || K == InterleavedKind::Affine8 || K == InterleavedKind::Affine5;
   static constexpr bool kNibbles = K == InterleavedKind::Q4_0 || K == InterleavedKind::Q4_1 || K == InterleavedKind::Affine4;
   // Nibble words plus a word of fifth bits; multiplied as 8-bit codes (0..31).
-  static constexpr bool kFive = K == InterleavedKind::Q5_0 || K == InterleavedKind::Q5_1;
+  static constexpr bool kFive = K == InterleavedKind::Q5_0 || K == InterleavedKind::Q5_1 || K == InterleavedKind::Affine5;
   // Q6_K: nibble words plus two words of high bit pairs, 8-bit codes 0..63; and a scale per 16
   // columns, so a block is two integer sums (words 0..3, 4..7), each with its own F32 step.
   static constexpr bool kSix = K == InterleavedKind::Q6_K;
@@ -195,6 +200,7 @@ decltype(auto) with_kind(InterleavedKind k, F&& f) {
     case InterleavedKind::Q5_0: return f.template operator()<InterleavedKind::Q5_0>();
     case InterleavedKind::Q5_1: return f.template operator()<InterleavedKind::Q5_1>();
     case InterleavedKind::Q6_K: return f.template operator()<InterleavedKind::Q6_K>();
+    case InterleavedKind::Affine5: return f.template operator()<InterleavedKind::Affine5>();
     default: return f.template operator()<InterleavedKind::Q8_0>();
   }
 }
