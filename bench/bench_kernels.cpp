@@ -191,6 +191,23 @@ int register_matmul() {
             ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
     }
   }
+  // A 3B Llama's projections (hidden 3072, intermediate 8192: q/o 3072x3072, gate/up 8192x3072, down
+  // 3072x8192) in the K-quants a Q4_K_M file holds (Q4_K, and Q6_K for attn_v, half of ffn_down and
+  // the head; Q5_K for Q5_K_M files): decode and a 512-token prompt, one thread. GRAFT_Q8_INTERLEAVE=0 runs the stored
+  // blocks' kernels instead (the comparison in docs/PERFORMANCE.md).
+  const int64_t k3b[][2] = {{3072, 3072}, {8192, 3072}, {3072, 8192}};
+  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const std::string d(graft::dtype_name(dt));
+    for (const auto& s : k3b) {
+      const std::string shape = std::to_string(s[0]) + "/" + std::to_string(s[1]);
+      benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/1/" + shape).c_str(), BM_MatmulDecode, dt, s[0], s[1],
+                                   false)
+          ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/512/" + shape).c_str(), BM_MatmulPrefill, dt, 512, s[0],
+                                   s[1])
+          ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
+  }
   return 0;
 }
 const int registered = register_matmul();

@@ -28,6 +28,13 @@
 # the default: both engines use the widest ISA of this CPU; avx2: llama.cpp built for AVX2/FMA/F16C
 # only, in build-avx2, and graft forced to its AVX2 kernels with GRAFT_MATMUL_ISA=avx2 and
 # GRAFT_Q8_KERNEL=avx2: what a machine without AVX-512 runs, measured on this one).
+# VS_BASE (another model than SmolLM2: a BF16 Hugging Face checkpoint directory, e.g. the 3B Llama shape
+# of issue 20 made by
+#   python3 bench/synthetic_model.py /tmp/llama3b --hidden 3072 --intermediate 8192 --layers 28 \
+#       --heads 24 --kv-heads 8 --tokenizer-from <SmolLM2 BF16 dir, e.g. $WORK/prep/base>
+# and then VS_BASE=/tmp/llama3b/base VS_FILES="bf16 Q4_K_M" bench/vs_llamacpp.sh 3 1 2): its GGUF files
+# go to $WORK/models-<name of VS_BASE's parent>; VS_LORA (a PEFT LoRA directory for it, e.g.
+# /tmp/llama3b/lora) enables the LoRA rows, which are skipped without it.
 set -euo pipefail
 ROUNDS=${1:-5}
 shift || true
@@ -69,24 +76,31 @@ if [ ! -x "$LB/bin/llama-bench" ] || [ ! -x "$LB/bin/llama-completion" ] || [ ! 
 fi
 
 # 2. models and the LoRA
-BASE="$WORK/prep/base"
-if [ ! -f "$BASE/model.safetensors" ]; then
-  log "preparing the BF16 checkpoint and the rank-16 PEFT LoRA"
-  (cd "$ROOT/bench" && "$PYTHON" -c "import bench_fuse; bench_fuse.prepare('$WORK/prep')")
+if [ -n "${VS_BASE:-}" ]; then
+  BASE=$(cd "$VS_BASE" && pwd)
+  LORA_DIR=${VS_LORA:-}
+  M="$WORK/models-$(basename "$(dirname "$BASE")")"
+else
+  BASE="$WORK/prep/base"
+  LORA_DIR="$WORK/prep/peft_r16"
+  if [ ! -f "$BASE/model.safetensors" ]; then
+    log "preparing the BF16 checkpoint and the rank-16 PEFT LoRA"
+    (cd "$ROOT/bench" && "$PYTHON" -c "import bench_fuse; bench_fuse.prepare('$WORK/prep')")
+  fi
+  M="$WORK/models"
 fi
-M="$WORK/models"
 mkdir -p "$M"
 if [ ! -f "$M/bf16.gguf" ]; then
   "$PYTHON" "$LLAMA_DIR/convert_hf_to_gguf.py" "$BASE" --outtype bf16 --outfile "$M/bf16.gguf" >/dev/null 2>&1
 fi
-for q in Q8_0 Q4_0 Q4_K_M; do
-  [ -f "$M/$q.gguf" ] || "$LB/bin/llama-quantize" "$M/bf16.gguf" "$M/$q.gguf" "$q" >/dev/null 2>&1
-done
-if [ ! -f "$M/lora.gguf" ]; then
-  "$PYTHON" "$LLAMA_DIR/convert_lora_to_gguf.py" "$WORK/prep/peft_r16" --base "$BASE" --outtype f32 \
+if [ -n "$LORA_DIR" ] && [ ! -f "$M/lora.gguf" ]; then
+  "$PYTHON" "$LLAMA_DIR/convert_lora_to_gguf.py" "$LORA_DIR" --base "$BASE" --outtype f32 \
       --outfile "$M/lora.gguf" >/dev/null 2>&1
 fi
 read -r -a FILES <<<"${VS_FILES:-bf16 Q8_0 Q4_0 Q4_K_M}"  # VS_FILES: a subset
+for q in "${FILES[@]}" $([ -n "$LORA_DIR" ] && echo Q4_0); do  # (the LoRA rows run Q4_0)
+  [ "$q" = bf16 ] || [ -f "$M/$q.gguf" ] || "$LB/bin/llama-quantize" "$M/bf16.gguf" "$M/$q.gguf" "$q" >/dev/null 2>&1
+done
 
 # A prompt of exactly 512 tokens for graft: token ids through graft's own tokenizer are not needed,
 # the text below is 512+ tokens and graft reports its count; the rate is per token either way.
@@ -121,7 +135,7 @@ R="$WORK/results.tsv"
 : >"$R"
 rec() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$R"; }  # metric file threads engine value
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-log "graft: $("$GRAFT" generate -m "$M/Q4_0.gguf" -p hi -n 1 2>&1 >/dev/null | head -1)"
+log "graft: $("$GRAFT" generate -m "$M/${FILES[${#FILES[@]}-1]}.gguf" -p hi -n 1 2>&1 >/dev/null | head -1)"
 for round in $(seq "$ROUNDS"); do
   log "round $round of $ROUNDS (load $(cut -d' ' -f1 /proc/loadavg))"
   for t in "${THREADS[@]}"; do
@@ -136,7 +150,9 @@ for round in $(seq "$ROUNDS"); do
       rec ttft_ms "$f" "$t" llama "$(wall "$LB/bin/llama-completion" -m "$M/$f.gguf" -p "$SHORT" -n 1 -t "$t" -no-cnv $(nr_flag "$f"))"
       rec ttft_ms "$f" "$t" graft "$(wall "$GRAFT" generate -m "$M/$f.gguf" -p "$SHORT" -n 1 -t "$t")"
     done
+    [ -n "$LORA_DIR" ] || continue  # (VS_BASE without VS_LORA: no LoRA rows)
     for f in bf16 Q4_0; do
+      [ -f "$M/$f.gguf" ] || continue
       rec tg128_base "$f" "$t" llama "$(llama_completion_tg "$f" "$t")"
       rec tg128_lora "$f" "$t" llama "$(llama_completion_tg "$f" "$t" --lora "$M/lora.gguf")"
       read -r _ b <<<"$(graft_run "$f" "$t" 128 "$SHORT")"

@@ -43,9 +43,11 @@ int run_generate(const GenerateArgs& a) {
   o.load.fused_adapters = read_adapters(adapter_args(a.adapters, "--adapter", a.adapters_scaled, "--adapter-scaled"));
   o.adapters = read_adapters(adapter_args(a.loras, "--lora", a.loras_scaled, "--lora-scaled"));
   engine::Engine e(o);
-  report_adapters(e, o);
   const model::LoadedModel& m = e.model();
-  std::fprintf(stderr, "%s\n", runtime::describe_kernels(m.weights).c_str());
+  // The first line: which numerics are in force (--activations) and the kernels they run on.
+  std::fprintf(stderr, "activations: %s | %s\n", runtime::activations_name(o.activations),
+               runtime::describe_kernels(m.weights).c_str());
+  report_adapters(e, o);
   const text::Tokenizer& tok = e.tokenizer();
 
   std::vector<int32_t> prompt;

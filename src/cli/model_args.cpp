@@ -6,6 +6,7 @@
 #include "cli/progress.h"
 #include "graft/core/affine_quant.h"
 #include "graft/core/error.h"
+#include "graft/runtime/kernels.h"
 #include "graft/runtime/kv_cache.h"
 
 namespace graft::cli {
@@ -71,6 +72,13 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
       ->check(named_value([](const std::string& s) { runtime::parse_lora_dtype(s); }, "an adapter factor type",
                           {"auto", "f32", "bf16", "q8_0"}))
       ->capture_default_str();
+  app.add_option("--activations", a.activations,
+                 "How quantized weights (GGUF blocks, mlx affine) meet the activations: q8 (rounded to 8 bits per "
+                 "block of 32, the integer kernels: fast) | f32 (unrounded: F32 math on the dequantized weights, "
+                 "the logits of transformers on a GGUF and of mlx-lm on an mlx model; slower)")
+      ->check(named_value([](const std::string& s) { runtime::parse_activations(s); }, "an activation type",
+                          {"q8", "f32"}))
+      ->capture_default_str();
 }
 
 DType cache_type(const ModelArgs& a) { return runtime::parse_kv_cache_type(a.cache_type); }
@@ -99,6 +107,7 @@ engine::EngineOptions engine_options(const ModelArgs& a) {
   o.load.merge_policy = adapter::parse_merge_policy(a.merge_policy);
   o.load.fuse_requantize = a.fuse_requantize;
   o.lora_dtype = runtime::parse_lora_dtype(a.lora_dtype);
+  o.activations = runtime::parse_activations(a.activations);
   return o;
 }
 

@@ -22,11 +22,12 @@ struct ModelArgs {
   int64_t ctx_size = 0;
   std::string cache_type = "f16";  // KV cache storage: f32 | f16 | bf16
   std::string lora_dtype = "auto";  // unfused adapter factors: auto | f32 | bf16 | q8_0
+  std::string activations = "q8";  // how quantized weights meet the activations: q8 | f32
 };
 
 // Registers -m/--model, --dtype, --q-bits, --q-group-size, --no-mmap, --merge-policy,
-// --fuse-requantize, -t/--threads, -c/--ctx-size (with the given help for --ctx-size), --cache-type and
-// --lora-dtype.
+// --fuse-requantize, -t/--threads, -c/--ctx-size (with the given help for --ctx-size), --cache-type,
+// --lora-dtype and --activations.
 void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help);
 
 // "DIR[,DIR]" lists with scale 1 followed by "DIR:SCALE[,...]" lists, in that order.

@@ -44,7 +44,7 @@ model::LoadedModel load(const EngineOptions& o, runtime::ThreadPool& pool) {
     load.parallel = [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn, 16); };
   if (o.fuse) load.fused_adapters.insert(load.fused_adapters.end(), o.adapters.begin(), o.adapters.end());
   model::LoadedModel m = model::load_model(o.model, load);
-  runtime::prepare_weights(m.weights, pool);
+  runtime::prepare_weights(m.weights, pool, o.activations);
   return m;
 }
 

@@ -60,7 +60,8 @@ std::shared_ptr<const InterleavedBlocks> interleave_affine(const AffineQuantized
 }
 
 void deinterleave_affine_row(const InterleavedBlocks& b, int64_t j, uint32_t* packed, float* scales, float* biases) {
-  if (!b.affine()) fail_as(ErrorKind::kInternal, "deinterleave_affine_row: a GGUF copy (deinterleave_row)");
+  if (!b.affine() || b.kind == InterleavedKind::Affine5)
+    fail_as(ErrorKind::kInternal, "deinterleave_affine_row: not an mlx 4/8-bit copy");
   const int bits = b.kind == InterleavedKind::Affine4 ? 4 : 8, per_word = 32 / bits;
   const int64_t g = j / kRows, r = j % kRows;
   std::memset(packed, 0, static_cast<size_t>(b.k * bits / 32) * 4);

@@ -78,9 +78,46 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
         w[t] = _mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(h_lo, bit4));
         w[t + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_and_si512(h_hi, bit4));
       }
+    } else if constexpr (F::kSix) {
+      // The nibbles as Q4's, each byte's high bit pair of word t (bits 2t, 2t + 1) moved to bits 4, 5.
+      const __m512i low = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+      const __m512i h0 = _mm512_load_si512(p + 256), h1 = _mm512_load_si512(p + 320);
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m512i v = _mm512_load_si512(p + 64 * t);
+        const __m512i m0 = t < 3 ? _mm512_slli_epi32(h0, 4 - 2 * t) : _mm512_srli_epi32(h0, 2);
+        const __m512i m1 = t < 3 ? _mm512_slli_epi32(h1, 4 - 2 * t) : _mm512_srli_epi32(h1, 2);
+        w[t] = _mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(m0, bits45));
+        w[t + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_and_si512(m1, bits45));
+      }
     } else {
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) w[t] = _mm512_load_si512(p + 64 * t);
+    }
+    if constexpr (F::kSplit) {
+      // Q6_K: a scale d·sc per 16 columns; the sums of words 0..3 and 4..7 apart, each from its own
+      // offset −32·Σ q_x of those 16 columns.
+      const int8_t* sc = b.q6k_scales(g, blk);
+      const __m512 d = _mm512_load_ps(b.q6k_d(g, blk));
+      const __m512 d0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))));
+      const __m512 d1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc + 16)))));
+      const int32_t* s16 = act.sum16.data() + i0 * (2 * nb) + 2 * blk;
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int8_t* x = xq + r * 32;
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-F::kOffset * s16[r * 2 * nb]), w[0], bcst4(x));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-F::kOffset * s16[r * 2 * nb + 1]), w[4], bcst4(x + 16));
+        s0 = _mm512_dpbusd_epi32(s0, w[1], bcst4(x + 4));
+        s1 = _mm512_dpbusd_epi32(s1, w[5], bcst4(x + 20));
+        s0 = _mm512_dpbusd_epi32(s0, w[2], bcst4(x + 8));
+        s1 = _mm512_dpbusd_epi32(s1, w[6], bcst4(x + 24));
+        s0 = _mm512_dpbusd_epi32(s0, w[3], bcst4(x + 12));
+        s1 = _mm512_dpbusd_epi32(s1, w[7], bcst4(x + 28));
+        const __m512 dx = _mm512_set1_ps(xd[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(d0, dx), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(d1, dx), acc[r]);
+      }
+      continue;
     }
     __m512 dw, mw;
     if constexpr (F::kAffine) {

@@ -72,13 +72,15 @@ const char* interleaved_kind_name(InterleavedKind k) {
     case InterleavedKind::Affine8: return "affine 8-bit";
     case InterleavedKind::Q5_0: return "Q5_0";
     case InterleavedKind::Q5_1: return "Q5_1";
+    case InterleavedKind::Q6_K: return "Q6_K";
+    case InterleavedKind::Affine5: return "affine 5-bit";
   }
   return "?";
 }
 
 bool interleavable(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_0 ||
-         t == DType::Q4_K;
+         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
 bool interleave_enabled(DType t) { return interleave_cpu_enabled() && interleavable(t); }
@@ -112,6 +114,8 @@ std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, in
 
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool) {
   if (w.dtype == DType::Q4_K) return interleave_q4_k(w, pool);  // an affine 4-bit copy
+  if (w.dtype == DType::Q5_K) return interleave_q5_k(w, pool);  // an affine 5-bit copy
+  if (w.dtype == DType::Q6_K) return interleave_q6_k(w, pool);
   if (!interleavable(w.dtype) || w.shape.size() != 2 || w.shape[1] % kBlock != 0)
     fail_as(ErrorKind::kInternal, "interleave_blocks: a [n, k] Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K weight with k a multiple of 32, got ",
             dtype_name(w.dtype), " ", shape_str(w.shape));
@@ -152,6 +156,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
 
 void deinterleave_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
   if (b.affine()) fail_as(ErrorKind::kInternal, "deinterleave_row: an affine copy (deinterleave_affine_row)");
+  if (b.kind == InterleavedKind::Q6_K) return deinterleave_q6_k_row(b, j, row);
   const DType source = gguf_type(b.kind);
   const int64_t g = j / kRows, r = j % kRows, src_block = dtype_block_bytes(source), at = codes_at(source);
   const bool q4 = source == DType::Q4_0 || source == DType::Q4_1;
@@ -190,14 +195,14 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
   // The format's facts as the SIMD kernels read them: nibbles, five bits or bytes; a min; the stored
   // code minus the model's q_w (Q4_0's nibble is q_w + 8, Q8_0's byte q_w + 128, Q5_0's code q_w + 16).
   struct Facts {
-    bool q4, q5, mins;
+    bool q4, q5, q6, mins;
     int32_t offset;
   };
   const Facts f = with_kind(b.kind, []<InterleavedKind K>() {
     using F = InterleavedFmt<K>;
-    return Facts{F::kNibbles, F::kFive, F::kMin, F::kOffset};
+    return Facts{F::kNibbles, F::kFive, F::kSix, F::kMin, F::kOffset};
   });
-  const bool q4 = f.q4, q5 = f.q5, mins = f.mins;
+  const bool q4 = f.q4, q5 = f.q5, q6 = f.q6, mins = f.mins;
   const int32_t offset = f.offset;
   for (int64_t i = 0; i < act.m; ++i)
     for (int64_t r = 0; r < kRows; ++r) {
@@ -205,12 +210,25 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
       for (int64_t blk = 0; blk < b.blocks; ++blk) {
         const uint8_t* w = b.codes(g) + blk * b.code_bytes + r * 4;
         const int8_t* x = &act.q[i * k + blk * kBlock];
-        int32_t s = 0;
+        int32_t s = 0, part[2] = {0, 0};  // (Q6_K: the sums of columns 0..15 and 16..31)
         for (int c = 0; c < kBlock; ++c) {
           const int t = c / 4, e = c % 4;
           const int32_t nibble = t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4);
-          const int32_t stored = q4 ? nibble : q5 ? (nibble | (((w[256 + e] >> t) & 1) << 4)) : w[t * 64 + e];
+          const int32_t high2 = q6 ? (w[(4 + t / 4) * 64 + e] >> (2 * (t % 4))) & 3 : 0;  // (Q6_K: its word)
+          const int32_t stored = q4   ? nibble
+                                 : q5 ? (nibble | (((w[256 + e] >> t) & 1) << 4))
+                                 : q6 ? (nibble | high2 << 4)
+                                      : w[t * 64 + e];
           s += (stored - offset) * static_cast<int32_t>(x[c]);
+          part[c / 16] += (stored - offset) * static_cast<int32_t>(x[c]);
+        }
+        const float dx = act.d4[(i * k + blk * kBlock) / 4];
+        if (q6) {
+          const int8_t* sc = b.q6k_scales(g, blk);
+          const float d = b.q6k_d(g, blk)[r];
+          for (int p = 0; p < 2; ++p)
+            acc = std::fma(static_cast<float>(part[p]), (d * static_cast<float>(sc[p * kRows + r])) * dx, acc);
+          continue;
         }
         float dw, mw = 0.0f;
         if (b.affine()) {
@@ -222,7 +240,6 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
           dw = f16_to_f32(sc[r]);
           if (mins) mw = f16_to_f32(sc[kRows + r]);
         }
-        const float dx = act.d4[(i * k + blk * kBlock) / 4];
         acc = std::fma(static_cast<float>(s), dw * dx, acc);
         if (mins) acc = std::fma(mw, dx * static_cast<float>(act.sum32[i * b.blocks + blk]), acc);
       }

@@ -10,6 +10,8 @@
 // Numeric model (the "block model", different from the 16-lane model of the other q8 kernels): over
 // the blocks b of 32 columns in ascending order, from acc = 0,
 //   acc = fma(float(Σ_{c∈b} q_w[c]·q_x[c]), d_w[b]·d_x[b], acc)
+// (Q6_K, a scale per 16 columns: the same step for columns 0..15 of b with (d·sc_0)·d_x, then for 16..31
+// with (d·sc_1)·d_x)
 // and for Q4_1 and the affine formats (w = d_w·q_w + m_w, q_w the unsigned code) then
 //   acc = fma(m_w[b], d_x[b]·float(Σ_{c∈b} q_x[c]), acc).
 // For an affine matrix (and a GGUF Q4_K one, copied as affine 4-bit: interleave_q4_k) d_w[b] and m_w[b] are the scale and bias of the mlx group (32, 64 or 128
@@ -36,7 +38,7 @@ inline constexpr int64_t kInterleavedRows = 16;
 inline constexpr int64_t kInterleavedBlock = 32;
 
 // What an interleaved copy was made from: a GGUF block type, or an mlx-lm affine matrix.
-enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8, Q5_0, Q5_1 };
+enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8, Q5_0, Q5_1, Q6_K, Affine5 };
 const char* interleaved_kind_name(InterleavedKind k);
 
 // The interleaved copy of one [n, k] weight. Group g holds rows 16g .. 16g + 15 (rows past n are
@@ -47,12 +49,19 @@ const char* interleaved_kind_name(InterleavedKind k);
 //         is nibble − 8; mlx's LSB-first uint32 words are repacked into this order at copy time);
 //   Q8_0: 8 words; word t = columns 4t .. 4t + 3 as q_w + 128 (unsigned);
 //   Affine8: 8 words; word t = columns 4t .. 4t + 3, the unsigned codes as mlx stores them;
-//   Q5_0, Q5_1: the 5-bit code (Q5_0's is q_w + 16) as 4 nibble words, the GGUF qs bytes as for Q4,
+//   Q5_0, Q5_1, Affine5 (GGUF Q5_K's copy): the 5-bit code (Q5_0's is q_w + 16) as 4 nibble words, the GGUF qs bytes as for Q4,
 //         then one word of fifth bits: lane r's byte e, bit t = the qh bit of column 4t + e, so that
 //         word t's fifth bits are one shift and one mask away (5 bits a weight as stored, not 8).
+//   Q6_K: the 6-bit code q (w = d·sc·(q − 32)) as 4 nibble words (low 4 bits, as Q4's), then two
+//         words of high bits: word 4 + p, lane r's byte e, bits 2t, 2t + 1 = the high bits of column
+//         16p + 4t + e (p = 0: columns 0..15, p = 1: 16..31), so that word t's are one shift and one
+//         mask away (384 bytes: 6 bits a weight).
 // then, after all blocks' codes,
 //   GGUF: per block the 16 rows' f16 scales d (32 bytes), for Q4_1 and Q5_1 followed by their f16 mins m
 //         (32 bytes);
+//   Q6_K: per super-block of 8 blocks (320 bytes), per block the 16 rows' int8 scales sc of columns
+//         0..15 then of 16..31 (32 bytes), then the 16 rows' d as F32 (64 bytes): a half's scale is
+//         d·sc, exact in F32 (11 × 8 significant bits), formed in the kernel (6.6 bits a weight in all);
 //   affine: per mlx group of columns (2^param_shift blocks) the 16 rows' F32 scales then their F32
 //         biases (128 bytes: stored once per group, not per block, so that a decode step streams
 //         4 + 64/group_size bits per weight at 4-bit).
@@ -60,15 +69,17 @@ struct InterleavedBlocks {
   InterleavedKind kind = InterleavedKind::Q8_0;
   int64_t n = 0, k = 0;
   int64_t blocks = 0;       // k / 32
-  int64_t code_bytes = 0;   // per block and group: 256 (4-bit), 320 (5-bit) or 512 (8-bit)
-  int64_t scale_bytes = 0;  // per block and group: 32, or 64 with Q4_1's mins; affine: 128 >> param_shift
+  int64_t code_bytes = 0;   // per block and group: 256 (4-bit), 320 (5-bit), 384 (6-bit) or 512 (8-bit)
+  int64_t scale_bytes = 0;  // per block and group: 32, or 64 with Q4_1's mins; Q6_K: 40; affine: 128 >> param_shift
   int param_shift = 0;      // affine: log2(blocks per mlx group); 0 for GGUF
   int64_t group_bytes = 0;  // codes and scales of one group, a multiple of 64
   std::shared_ptr<uint8_t[]> storage;
   const uint8_t* base = nullptr;  // 64-byte aligned
 
   int64_t groups() const { return (n + kInterleavedRows - 1) / kInterleavedRows; }
-  bool affine() const { return kind == InterleavedKind::Affine4 || kind == InterleavedKind::Affine8; }
+  bool affine() const {
+    return kind == InterleavedKind::Affine4 || kind == InterleavedKind::Affine8 || kind == InterleavedKind::Affine5;
+  }
   const uint8_t* codes(int64_t g) const { return base + g * group_bytes; }
   // GGUF: block b's 16 scales at scales(g) + b·scale_bytes / 2; Q4_1's mins 16 further.
   const uint16_t* scales(int64_t g) const {
@@ -76,13 +87,20 @@ struct InterleavedBlocks {
   }
   // Affine: block b's 16 scales at params(g) + (b >> param_shift)·32, its 16 biases 16 further.
   const float* params(int64_t g) const { return reinterpret_cast<const float*>(codes(g) + blocks * code_bytes); }
+  // Q6_K: block b's 32 int8 scales (16 rows of columns 0..15, then of 16..31) and its super-block's 16 d.
+  const int8_t* q6k_scales(int64_t g, int64_t b) const {
+    return reinterpret_cast<const int8_t*>(codes(g) + blocks * code_bytes + (b / 8) * 320 + (b % 8) * 32);
+  }
+  const float* q6k_d(int64_t g, int64_t b) const {
+    return reinterpret_cast<const float*>(codes(g) + blocks * code_bytes + (b / 8) * 320 + 256);
+  }
   int64_t nbytes() const { return groups() * group_bytes; }
 };
 
 // Whether matmul runs interleaved copies of `t` weights on this CPU (the q8 kernel chosen is AVX2,
 // AVX-VNNI or AVX512-VNNI, and GRAFT_Q8_INTERLEAVE is not 0).
 bool interleave_enabled(DType t);
-bool interleavable(DType t);  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q4_K
+bool interleavable(DType t);  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K
 // Whether matmul runs interleaved copies of mlx affine matrices (4 or 8 bits) on this CPU: the same
 // conditions. GRAFT_Q8_INTERLEAVE=0 keeps them on matmul_affine's F32 kernel (the reference path).
 bool interleave_enabled_affine();
@@ -93,6 +111,13 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
 // scale d·sc and bias −(dmin·m) per 32-column sub-block (param_shift 0), both exact in F32, so the
 // copy dequantizes to the GGUF Q4_K values bit for bit (read it back with deinterleave_affine_row).
 std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, ThreadPool* pool = nullptr);
+// The copy of a Q5_K matrix (interleaved_q4k.cpp; k a multiple of 256): as Q4_K's, an affine copy
+// (kind Affine5: Q5_1's code words, F32 scale d·sc and bias −(dmin·m) per 32 columns, exact).
+std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, ThreadPool* pool = nullptr);
+// The copy of a Q6_K matrix (interleaved_q6k.cpp; k a multiple of 256): kind Q6_K, codes and
+// scales as stored (no rounding), read back by deinterleave_q6_k_row.
+std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, ThreadPool* pool = nullptr);
+void deinterleave_q6_k_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
 // Row j of the copy as the original GGUF blocks (tests: the layout round-trips). Not for Q4_K's copy.
 void deinterleave_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
 // The copy of an mlx affine matrix (interleaved_affine.cpp), and row j of it read back as mlx
@@ -146,16 +171,21 @@ void interleaved_group_avx2(const InterleavedBlocks& w, const Q8Activations& act
 // whether a min (bias) follows.
 template <InterleavedKind K>
 struct InterleavedFmt {
-  static constexpr bool kAffine = K == InterleavedKind::Affine4 || K == InterleavedKind::Affine8;
+  static constexpr bool kAffine = K == InterleavedKind::Affine4 || K == InterleavedKind::Affine8 || K == InterleavedKind::Affine5;
   static constexpr bool kNibbles = K == InterleavedKind::Q4_0 || K == InterleavedKind::Q4_1 || K == InterleavedKind::Affine4;
   // Nibble words plus a word of fifth bits; multiplied as 8-bit codes (0..31).
-  static constexpr bool kFive = K == InterleavedKind::Q5_0 || K == InterleavedKind::Q5_1;
+  static constexpr bool kFive = K == InterleavedKind::Q5_0 || K == InterleavedKind::Q5_1 || K == InterleavedKind::Affine5;
+  // Q6_K: nibble words plus two words of high bit pairs, 8-bit codes 0..63; and a scale per 16
+  // columns, so a block is two integer sums (words 0..3, 4..7), each with its own F32 step.
+  static constexpr bool kSix = K == InterleavedKind::Q6_K;
+  static constexpr bool kSplit = kSix;
   static constexpr bool kMin = K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1 || kAffine;
-  static constexpr int kCodeBytes = kNibbles ? 256 : kFive ? 320 : 512;
-  static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : 32;
+  static constexpr int kCodeBytes = kNibbles ? 256 : kFive ? 320 : kSix ? 384 : 512;
+  static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : kSix ? 40 : 32;
   static constexpr int32_t kOffset = K == InterleavedKind::Q4_0   ? 8
                                      : K == InterleavedKind::Q8_0 ? 128
                                      : K == InterleavedKind::Q5_0 ? 16
+                                     : kSix                       ? 32
                                                                   : 0;
 };
 
@@ -169,6 +199,8 @@ decltype(auto) with_kind(InterleavedKind k, F&& f) {
     case InterleavedKind::Affine8: return f.template operator()<InterleavedKind::Affine8>();
     case InterleavedKind::Q5_0: return f.template operator()<InterleavedKind::Q5_0>();
     case InterleavedKind::Q5_1: return f.template operator()<InterleavedKind::Q5_1>();
+    case InterleavedKind::Q6_K: return f.template operator()<InterleavedKind::Q6_K>();
+    case InterleavedKind::Affine5: return f.template operator()<InterleavedKind::Affine5>();
     default: return f.template operator()<InterleavedKind::Q8_0>();
   }
 }

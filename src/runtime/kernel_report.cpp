@@ -9,13 +9,14 @@ namespace graft::runtime {
 
 std::string describe_kernels(const model::ModelWeights& w) {
   std::map<std::string, int> formats;
-  bool blocks = false, dense = false, affine = false, interleaved = false, affine_interleaved = false;
+  bool blocks = false, dense = false, affine = false, interleaved = false, affine_interleaved = false,
+       f32_blocks = false;
   auto add = [&](const model::Matrix& m) {
     if (m.quantized()) {
       (m.interleaved ? affine_interleaved : affine) = true;
       ++formats["mlx affine " + std::to_string(m.quant.bits) + "-bit"];
     } else {
-      (dtype_is_quantized(m.dense.dtype) ? blocks : dense) = true;
+      (m.f32_activations ? f32_blocks : dtype_is_quantized(m.dense.dtype) ? blocks : dense) = true;
       interleaved = interleaved || m.interleaved != nullptr;
       ++formats[std::string(dtype_name(m.dense.dtype))];
     }
@@ -28,10 +29,11 @@ std::string describe_kernels(const model::ModelWeights& w) {
   s += " | kernels:";
   if (dense) s += std::string(" dense ") + matmul_isa();
   if (blocks) s += std::string(" gguf-blocks q8-activations ") + matmul_q8_kernel();
-  if (interleaved) s += " (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K rows interleaved x16)";
+  if (f32_blocks) s += std::string(" gguf-blocks f32-activations (dequantized per tile) ") + matmul_isa();
+  if (interleaved) s += " (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K rows interleaved x16)";
   if (affine_interleaved)
     s += std::string(" mlx-affine q8-activations ") + matmul_q8_kernel() + " (affine 4/8-bit rows interleaved x16)";
-  if (affine) s += " mlx-affine avx2";
+  if (affine) s += " mlx-affine f32-activations avx2";
   return s;
 }
 

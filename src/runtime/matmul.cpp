@@ -81,15 +81,12 @@ constexpr int64_t kColUnit = 24;
 // Below this many multiply-adds per chunk the dispatch costs more than it saves.
 constexpr int64_t kMinChunkWork = 32 * 1024;
 
-}  // namespace
-
-void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
-            bool accumulate, const ColumnEpilogue* epilogue) {
-  check_args("matmul", x, m, k, w, y);
+// The dense F32 kernels over w's columns, split over the pool (GGUF blocks: dequantized tile by
+// tile, Activations::F32).
+void matmul_f32_activations(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
+                            bool accumulate, const ColumnEpilogue* epilogue) {
   const int64_t n = w.shape[0];
   if (m == 0 || n == 0) return;
-  if (dtype_is_quantized(w.dtype))
-    return detail::matmul_blocks(pool, detail::best_q8_kernel(), x, m, k, w, y, accumulate, epilogue);
   const detail::MatmulArgs a{x, m, k, n, w.data, w.dtype, y, accumulate};
   const detail::Isa isa = detail::best_isa();
   const int64_t units = (n + kColUnit - 1) / kColUnit;
@@ -102,6 +99,17 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor
         if (epilogue) (*epilogue)(u0 * kColUnit, std::min(n, u1 * kColUnit));
       },
       grain);
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
+            bool accumulate, const ColumnEpilogue* epilogue) {
+  check_args("matmul", x, m, k, w, y);
+  if (m == 0 || w.shape[0] == 0) return;
+  if (dtype_is_quantized(w.dtype))
+    return detail::matmul_blocks(pool, detail::best_q8_kernel(), x, m, k, w, y, accumulate, epilogue);
+  matmul_f32_activations(pool, x, m, k, w, y, accumulate, epilogue);
 }
 
 void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
@@ -152,7 +160,10 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
   }
   if (w.quantized())
     matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
-  else
+  else if (w.f32_activations) {
+    check_args("matmul", x, m, w.cols, w.dense, y);
+    matmul_f32_activations(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+  } else
     matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
 }
 
@@ -179,7 +190,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
       any_blocks = any_interleaved = true;
     } else if (w.quantized()) {
       affine[i] = prepare_affine(x, m, k, w.quant);
-    } else if (dtype_is_quantized(w.dense.dtype)) {
+    } else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations) {
       any_blocks = true;
       block_types.push_back(w.dense.dtype);
     }
@@ -203,7 +214,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
       else if (w.quantized())
         affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
-      else if (dtype_is_quantized(w.dense.dtype))
+      else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations)
         detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
       else
         detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
@@ -244,7 +255,21 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   if (first_error) std::rethrow_exception(first_error);
 }
 
-int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool) {
+Activations parse_activations(std::string_view name, std::string_view option) {
+  if (name == "q8") return Activations::Q8;
+  if (name == "f32") return Activations::F32;
+  fail_as(ErrorKind::kBadRequest, option, ": '", name, "' is not an activation type (allowed: q8, f32)");
+}
+
+const char* activations_name(Activations a) { return a == Activations::F32 ? "f32" : "q8"; }
+
+int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool, Activations a) {
+  if (a == Activations::F32) {
+    // mlx affine: matmul_affine's F32 kernel, as loaded; GGUF blocks: dequantized per tile.
+    if (m.interleaved) fail_as(ErrorKind::kInternal, "prepare_matrix: f32 activations on a matrix already interleaved");
+    m.f32_activations = !m.quantized() && dtype_is_quantized(m.dense.dtype);
+    return 0;
+  }
   if (m.interleaved) return 0;
   if (m.quantized()) {
     if (!interleave_enabled_affine()) return 0;
@@ -256,10 +281,10 @@ int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool) {
   return m.interleaved->nbytes();
 }
 
-int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool) {
-  int64_t bytes = prepare_matrix(w.lm_head, pool);  // (not the embedding: it is read by rows, as stored)
+int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool, Activations a) {
+  int64_t bytes = prepare_matrix(w.lm_head, pool, a);  // (not the embedding: it is read by rows, as stored)
   for (auto& L : w.layers)
-    for (model::Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += prepare_matrix(*m, pool);
+    for (model::Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += prepare_matrix(*m, pool, a);
   return bytes;
 }
 

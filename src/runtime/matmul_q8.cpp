@@ -136,7 +136,7 @@ constexpr int64_t kSplitWork = 32 * 1024;
 // One block of 32: q = clamp(round(x·id), ±127) with id = 127 / max|x| (the scalar rule, in
 // AVX2: the product and the rounding are the same IEEE operations), d4 the block scale eight times,
 // s16 = d·Σ q over each half, sum32 = Σ q (exact integer sums).
-void quantize_block(const float* xb, int8_t* q, float* d4, float* s16, int32_t* sum32) {
+void quantize_block(const float* xb, int8_t* q, float* d4, float* s16, int32_t* sum32, int32_t* sum16) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4];
   __m256 amax = _mm256_setzero_ps();
@@ -169,6 +169,7 @@ void quantize_block(const float* xb, int8_t* q, float* d4, float* s16, int32_t* 
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
     const int32_t half = _mm_cvtsi128_si32(s4);
     s16[g] = d * static_cast<float>(half);
+    sum16[g] = half;
     total += half;
   }
   *sum32 = total;
@@ -182,11 +183,12 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
   a.d4.resize(static_cast<size_t>(m * k / 4));
   a.s16.resize(static_cast<size_t>(m * k / 16));
   a.sum32.resize(static_cast<size_t>(m * k / 32));
+  a.sum16.resize(static_cast<size_t>(m * k / 16));
   auto rows = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t c0 = 0; c0 < k; c0 += 32)
         quantize_block(x + i * k + c0, &a.q[i * k + c0], &a.d4[(i * k + c0) / 4], &a.s16[(i * k + c0) / 16],
-                       &a.sum32[(i * k + c0) / 32]);
+                       &a.sum32[(i * k + c0) / 32], &a.sum16[(i * k + c0) / 16]);
   };
   if (pool && m * k >= kSplitWork)
     pool->parallel_for(m, rows);

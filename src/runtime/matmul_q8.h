@@ -35,6 +35,7 @@ struct Q8Activations {
   std::vector<float> d4;     // [m, k / 4]: the block scale d_x, once per four columns
   std::vector<float> s16;    // [m, k / 16]: d_x · Σ q_x over each 16 columns (the min term's input)
   std::vector<int32_t> sum32;  // [m, k / 32]: Σ q_x over each block (interleaved_blocks.h's kernel)
+  std::vector<int32_t> sum16;  // [m, k / 16]: Σ q_x over each 16 columns (its Q6_K copies' offset)
   // The AVX-512 fused kernels' layout (pack_rows8): rows in groups of eight (the last group may
   // hold fewer, R), chunk-major inside a group, one 128-byte record per 64-column chunk and row at
   // x8_records()[(g·8·chunks + c·R + r)·128]: the 64 codes as unsigned bytes q_x + 128 (so that

@@ -311,6 +311,7 @@ void add_routes(httplib::Server& svr, State& st) {
                    {"total_slots", st.scheduler->options().parallel},
                    {"cache_type", std::string(runtime::kv_cache_type_name(st.scheduler->options().cache_type))},
                    {"lora_dtype", st.lora_dtype},
+                   {"activations", st.activations},
                    {"model_alias", st.model_name},
                    {"model_path", st.model_path},
                    {"chat_template", st.chat ? st.chat->source() : std::string()},
@@ -505,7 +506,9 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   } else if (!svr.bind_to_port(o.host, port)) {
     fail_as(ErrorKind::kIo, "cannot listen on ", o.host, ":", port, " (in use, or not an address of this machine)");
   }
-  std::fprintf(stderr, "graft serve: listening on http://%s:%d (loading %s)\n", o.host.c_str(), port, eo.model.c_str());
+  st.activations = runtime::activations_name(eo.activations);
+  std::fprintf(stderr, "graft serve: listening on http://%s:%d (loading %s, activations %s)\n", o.host.c_str(), port,
+               eo.model.c_str(), st.activations.c_str());
   std::thread http([&svr] { svr.listen_after_bind(); });
 
   std::atomic<bool> load_done{false};

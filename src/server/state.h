@@ -27,6 +27,7 @@ struct State {
   int64_t slot_ctx = 0;
   int64_t created = std::time(nullptr);
   std::string lora_dtype = "auto";  // --lora-dtype
+  std::string activations = "q8";   // --activations
   std::mutex resolve_mu;            // one --lora-dir first use at a time (no duplicate builds)
   // The vocabulary for constrained decoding, built at the first request with a grammar.
   std::once_flag vocab_once;

@@ -1,9 +1,10 @@
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights:
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights:
 // random blocks on awkward shapes (one row, n not a multiple of 16, one block, k an odd number of blocks).
 // Tolerances, and why:
 //   - the layout: every row read back from the copy equals the GGUF row byte for byte; Q4_K's copy
 //     (affine 4-bit, scale d·sc and bias −dmin·m per 32 columns) dequantizes to the gguf dequantizer's
-//     F32 values bit for bit (both are (d·sc)·q − dmin·m with d·sc, dmin·m exact in F32);
+//     F32 values bit for bit (both are (d·sc)·q − dmin·m with d·sc, dmin·m exact in F32); Q6_K's
+//     copy (kind Q6_K: codes, int8 scales, F32 d) reads back to the GGUF bytes;
 //   - the AVX2, AVX-VNNI and AVX512-VNNI kernels against the scalar block model (each where the CPU has it):
 //     exact (integer block sums are exact, also at the extreme codes where a naive maddubs would
 //     saturate; the F32 chain is the same operations in the same order);
@@ -69,11 +70,14 @@ TEST(InterleavedBlocks, EveryRowReadsBackAsTheGgufRow) {
 }
 
 TEST(InterleavedBlocks, RefusesOtherFormats) {
-  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q6_K, 2, 256, 1)), Error);
+  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q3_K, 2, 256, 1)), Error);
+  EXPECT_THROW(interleave_q5_k(random_blocks(DType::Q4_K, 2, 256, 1)), Error);
   EXPECT_THROW(interleave_q4_k(random_blocks(DType::Q4_0, 2, 256, 1)), Error);
+  EXPECT_THROW(interleave_q6_k(random_blocks(DType::Q4_K, 2, 256, 1)), Error);
   EXPECT_TRUE(interleavable(DType::Q4_K));
-  EXPECT_FALSE(interleavable(DType::Q6_K));
-  EXPECT_FALSE(interleavable(DType::Q5_K));
+  EXPECT_TRUE(interleavable(DType::Q6_K));
+  EXPECT_TRUE(interleavable(DType::Q5_K));
+  EXPECT_FALSE(interleavable(DType::Q3_K));
   EXPECT_TRUE(interleavable(DType::Q5_0));
   EXPECT_TRUE(interleavable(DType::Q8_0));
 }
@@ -163,7 +167,7 @@ model::Matrix interleaved_matrix(DType t, int64_t n, int64_t k, uint32_t seed) {
 }
 
 TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t k = 768, n = 70, m = 60;  // m·k > 32k: quantized and packed over the pool
     const model::Matrix w = interleaved_matrix(t, n, k, 23);
     const auto x = random_x(m, k, 29);
@@ -182,19 +186,24 @@ TEST(InterleavedBlocks, MatmulManyEqualsOneMatmulPerTarget) {
   const model::Matrix kk = interleaved_matrix(DType::Q4_0, 20, k, 37);
   const model::Matrix v = model::Matrix::of(random_blocks(DType::Q6_K, 24, k, 41));  // read as stored
   const model::Matrix o = interleaved_matrix(DType::Q4_K, 17, k, 42);
+  const model::Matrix v6 = interleaved_matrix(DType::Q6_K, 33, k, 44);
   const auto x = random_x(m, k, 43);
-  expect_many_equals_each({&q, &kk, &v, &o}, x.data(), m);
+  expect_many_equals_each({&q, &kk, &v, &o, &v6}, x.data(), m);
 }
 
 TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
   ThreadPool pool(1);
   model::Matrix q8 = model::Matrix::of(random_blocks(DType::Q8_0, 16, 64, 47));
-  model::Matrix q6k = model::Matrix::of(random_blocks(DType::Q6_K, 16, 256, 53));
+  model::Matrix q3k = model::Matrix::of(random_blocks(DType::Q3_K, 16, 256, 53));
   const int64_t bytes = prepare_matrix(q8, pool);
   EXPECT_EQ(q8.interleaved != nullptr, interleave_enabled(DType::Q8_0));
   EXPECT_EQ(bytes, q8.interleaved ? q8.interleaved->nbytes() : 0);
-  EXPECT_EQ(prepare_matrix(q6k, pool), 0);
-  EXPECT_EQ(q6k.interleaved, nullptr);
+  EXPECT_EQ(prepare_matrix(q3k, pool), 0);  // (read as stored)
+  EXPECT_EQ(q3k.interleaved, nullptr);
+  model::Matrix q6k = model::Matrix::of(random_blocks(DType::Q6_K, 16, 256, 53));
+  const int64_t q6k_bytes = prepare_matrix(q6k, pool);
+  EXPECT_EQ(q6k_bytes, q6k.interleaved ? q6k.interleaved->nbytes() : 0);
+  EXPECT_EQ(q6k.interleaved != nullptr, interleave_enabled(DType::Q6_K));
   model::Matrix q4k = model::Matrix::of(random_blocks(DType::Q4_K, 16, 256, 54));
   const int64_t q4k_bytes = prepare_matrix(q4k, pool);
   EXPECT_EQ(q4k_bytes, q4k.interleaved ? q4k.interleaved->nbytes() : 0);
@@ -280,6 +289,152 @@ TEST(InterleavedQ4K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
     const auto x = random_x(s.m, s.k, 89);
     const auto got = run(*interleave_q4_k(w), x.data(), s.m, Q8Kernel::Scalar);
     worst = std::max(worst, check_activation_rounding(got, x, s.m, s.k, w, "Q4_K"));
+  }
+  EXPECT_GT(worst, 0.002);  // the bound is not vacuous
+}
+
+// GGUF Q6_K in its own interleaved kind (interleave_q6_k): 6-bit codes, a scale per 16 columns.
+// Shapes: whole super-blocks; activation rows 1, 3, 8 (one tile), 9, 17 (tiles and a remainder);
+// n one row, one short of a group, one over, several groups.
+const Shape3 kShapesQ6K[] = {{1, 1, 256},  {3, 17, 512}, {8, 15, 256}, {17, 33, 768},
+                             {1, 16, 512}, {9, 40, 256}, {2, 31, 1024}};
+
+// Codes lowest (q = 0: every ql and qh bit clear), highest (63: all set) or mixed, by super-block,
+// and the int8 scales at −128 and 127 in every other super-block.
+Tensor extreme_q6_k(int64_t n, int64_t k, uint32_t seed) {
+  Tensor w = random_blocks(DType::Q6_K, n, k, seed);
+  auto* bytes = static_cast<uint8_t*>(const_cast<void*>(w.data));
+  for (int64_t sb = 0; sb < n * k / 256; ++sb) {
+    uint8_t* p = bytes + sb * 210;
+    for (int c = 0; c < 192; ++c) p[c] = sb % 3 == 0 ? 0x00 : sb % 3 == 1 ? 0xff : (c % 2 ? 0x0f : 0xf0);
+    if (sb % 2 == 0)
+      for (int s = 0; s < 16; ++s) p[192 + s] = s % 2 ? 0x80 : 0x7f;
+  }
+  return w;
+}
+
+TEST(InterleavedQ6K, EveryRowReadsBackAsTheGgufRow) {
+  for (uint32_t seed : {91u, 92u})
+    for (const auto& s : kShapesQ6K) {
+      const Tensor w = seed == 91 ? random_blocks(DType::Q6_K, s.n, s.k, seed) : extreme_q6_k(s.n, s.k, seed);
+      const auto b = interleave_blocks(w);
+      EXPECT_EQ(b->kind, InterleavedKind::Q6_K);
+      EXPECT_EQ(b->groups(), (s.n + 15) / 16);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
+      EXPECT_EQ(b->group_bytes, b->blocks * (384 + 40));  // 6.625 bits a weight
+      const int64_t row_bytes = dtype_bytes(DType::Q6_K, s.k);
+      std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
+      for (int64_t j = 0; j < s.n; ++j) {
+        deinterleave_row(*b, j, row.data());
+        ASSERT_EQ(std::memcmp(row.data(), static_cast<const uint8_t*>(w.data) + j * row_bytes, row_bytes), 0)
+            << "row " << j << " of " << s.n << " k=" << s.k;
+      }
+    }
+}
+
+TEST_P(InterleavedKernel, Q6KEqualsTheBlockModel) {
+  for (const auto& s : kShapesQ6K) {
+    const auto x = random_x(s.m, s.k, 93);
+    for (const Tensor& w : {random_blocks(DType::Q6_K, s.n, s.k, 95), extreme_q6_k(s.n, s.k, 97)}) {
+      const auto b = interleave_blocks(w);
+      EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
+          << "m=" << s.m << " n=" << s.n << " k=" << s.k;
+    }
+  }
+  // Activations at ±127 against the extreme codes (AVX2's shifted codes reach −128: maddubs pairs at
+  // 2·128·127, one short of saturating).
+  const int64_t m = 3, n = 17, k = 768;
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : c % 2 ? 1.0f : -1.0f;
+  const auto b = interleave_blocks(extreme_q6_k(n, k, 99));
+  EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar));
+}
+
+TEST(InterleavedQ6K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
+  double worst = 0;
+  for (const auto& s : kShapesQ6K)
+    for (const Tensor& w : {random_blocks(DType::Q6_K, s.n, s.k, 101), extreme_q6_k(s.n, s.k, 103)}) {
+      const auto x = random_x(s.m, s.k, 107);
+      const auto got = run(*interleave_blocks(w), x.data(), s.m, Q8Kernel::Scalar);
+      worst = std::max(worst, check_activation_rounding(got, x, s.m, s.k, w, "Q6_K"));
+    }
+  EXPECT_GT(worst, 0.002);  // the bound is not vacuous
+}
+
+// GGUF Q5_K, copied as affine 5-bit (kind Affine5: Q5_1's code words, an F32 scale and bias per 32
+// columns; interleave_q5_k), on Q4_K's shapes.
+// Row j of the copy dequantized from its layout (nibble and fifth bit, scale·q + bias per block).
+std::vector<float> dequantized_q5k_copy_row(const InterleavedBlocks& b, int64_t j) {
+  const int64_t g = j / 16, r = j % 16;
+  std::vector<float> row(static_cast<size_t>(b.k));
+  for (int64_t blk = 0; blk < b.blocks; ++blk) {
+    const uint8_t* w = b.codes(g) + blk * b.code_bytes + r * 4;
+    const float* p = b.params(g) + blk * 32;
+    for (int c = 0; c < 32; ++c) {
+      const int t = c / 4, e = c % 4;
+      const int nibble = t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4);
+      const int q = nibble | ((w[256 + e] >> t) & 1) << 4;
+      row[blk * 32 + c] = p[r] * static_cast<float>(q) + p[16 + r];
+    }
+  }
+  return row;
+}
+
+// Codes lowest (every qs and qh bit clear), highest (all set) or mixed by super-block, and the
+// 6-bit scales and mins at 63 in every other super-block.
+Tensor extreme_q5_k(int64_t n, int64_t k, uint32_t seed) {
+  Tensor w = random_blocks(DType::Q5_K, n, k, seed);
+  auto* bytes = static_cast<uint8_t*>(const_cast<void*>(w.data));
+  for (int64_t sb = 0; sb < n * k / 256; ++sb) {
+    uint8_t* p = bytes + sb * 176;
+    if (sb % 2 == 0) std::memset(p + 4, 0xff, 12);
+    for (int c = 0; c < 160; ++c) p[16 + c] = sb % 3 == 0 ? 0x00 : sb % 3 == 1 ? 0xff : (c % 2 ? 0x0f : 0xf0);
+  }
+  return w;
+}
+
+TEST(InterleavedQ5K, CopyDequantizesToTheGgufValuesBitForBit) {
+  for (uint32_t seed : {111u, 112u})
+    for (const auto& s : kShapesQ6K) {
+      const Tensor w = seed == 111 ? random_blocks(DType::Q5_K, s.n, s.k, seed) : extreme_q5_k(s.n, s.k, seed);
+      const auto b = interleave_blocks(w);
+      EXPECT_EQ(b->kind, InterleavedKind::Affine5);
+      EXPECT_EQ(b->groups(), (s.n + 15) / 16);
+      std::vector<float> ref(static_cast<size_t>(s.k));
+      const int64_t row_bytes = dtype_bytes(DType::Q5_K, s.k);
+      for (int64_t j = 0; j < s.n; ++j) {
+        dequantize_gguf_blocks(DType::Q5_K, static_cast<const uint8_t*>(w.data) + j * row_bytes, ref.data(), s.k);
+        const auto got = dequantized_q5k_copy_row(*b, j);
+        ASSERT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "row " << j << " of " << s.n << " k=" << s.k;
+      }
+    }
+}
+
+TEST_P(InterleavedKernel, Q5KEqualsTheBlockModel) {
+  for (const auto& s : kShapesQ6K) {
+    const auto x = random_x(s.m, s.k, 113);
+    for (const Tensor& w : {random_blocks(DType::Q5_K, s.n, s.k, 115), extreme_q5_k(s.n, s.k, 117)}) {
+      const auto b = interleave_blocks(w);
+      EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
+          << "m=" << s.m << " n=" << s.n << " k=" << s.k;
+    }
+  }
+  const int64_t m = 3, n = 17, k = 512;  // activations at ±127 against the extreme codes
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : c % 2 ? 1.0f : -1.0f;
+  const auto b = interleave_blocks(extreme_q5_k(n, k, 119));
+  EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar));
+}
+
+TEST(InterleavedQ5K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
+  double worst = 0;
+  for (const auto& s : kShapesQ6K) {
+    const Tensor w = random_blocks(DType::Q5_K, s.n, s.k, 121);
+    const auto x = random_x(s.m, s.k, 123);
+    worst = std::max(worst, check_activation_rounding(run(*interleave_blocks(w), x.data(), s.m, Q8Kernel::Scalar), x,
+                                                      s.m, s.k, w, "Q5_K"));
   }
   EXPECT_GT(worst, 0.002);  // the bound is not vacuous
 }

@@ -95,6 +95,7 @@ TEST(MatmulQ8, ActivationQuantizationFollowsTheScalarRule) {
       for (int l = 0; l < 8; ++l) ASSERT_EQ(a.d4[(i * k + c0) / 4 + l], d);
       for (int g = 0; g < 2; ++g) ASSERT_EQ(a.s16[(i * k + c0) / 16 + g], d * static_cast<float>(sum[g]));
       ASSERT_EQ(a.sum32[(i * k + c0) / 32], sum[0] + sum[1]);
+      for (int g = 0; g < 2; ++g) ASSERT_EQ(a.sum16[(i * k + c0) / 16 + g], sum[g]);  // (Q6_K copies' offsets)
     }
 }
 

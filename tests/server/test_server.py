@@ -15,7 +15,7 @@ import openai
 import pytest
 import requests
 
-from conftest import MLX, MODEL, PEFT, SRC, Server
+from conftest import BIN, MLX, MODEL, PEFT, SRC, Server
 
 GGUF_PIRATE = f"{SRC}/tests/fixtures/gguf_adapters/smollm2_pirate.q8_0.gguf"
 
@@ -110,6 +110,7 @@ def test_models_props_tokenize_detokenize(server):
     p = server.get("/props").json()
     assert p["total_slots"] == 8 and p["default_generation_settings"]["n_ctx"] == 512
     assert p["cache_type"] == "f16"  # the default --cache-type
+    assert p["activations"] == "q8"  # the default --activations
     assert "{%" in p["chat_template"]
     t = server.post("/tokenize", {"content": "Hello world"}).json()["tokens"]
     assert all(isinstance(i, int) for i in t)
@@ -384,6 +385,20 @@ def test_api_key_and_init_without_apply(server):
         assert client.completions.create(model="x", prompt=PROMPT, max_tokens=4, temperature=0).choices
     finally:
         assert s.stop(signal.SIGINT) == 0, s.output()
+
+
+def test_activations_f32(server):
+    # --activations f32: /props and the first stderr line say so; the model runs (the logits' equality
+    # with --dtype f32 is tests/runtime/f32_activations_test.cpp's); an unknown value is a usage error.
+    s = Server("--activations", "f32", "--parallel", "1")
+    try:
+        assert s.get("/props").json()["activations"] == "f32"
+        assert "activations f32" in s.output().splitlines()[0], s.output()
+        assert len(tokens_of(s, PROMPT)) > 0
+    finally:
+        assert s.stop(signal.SIGINT) == 0, s.output()
+    out = subprocess.run([BIN, "serve", "-m", MODEL, "--activations", "f16"], capture_output=True, text=True)
+    assert out.returncode == 2 and "'f16' is not an activation type (allowed: q8, f32)" in out.stderr, out.stderr
 
 
 def test_lora_dtype_q8_0(server):

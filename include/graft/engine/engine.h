@@ -12,6 +12,7 @@
 #include "graft/engine/sequence.h"
 #include "graft/engine/step.h"
 #include "graft/model/loader.h"
+#include "graft/runtime/kernels.h"
 #include "graft/runtime/thread_pool.h"
 #include "graft/runtime/transformer.h"
 
@@ -26,6 +27,9 @@ struct EngineOptions {
   bool fuse = false;                // bake the registry's adapters into the weights at their scales
   bool init_without_apply = false;  // default scales start at 0 (the adapters stay loaded)
   runtime::LoraDType lora_dtype;     // unfused factors: as stored (nullopt), or F32 / BF16 / Q8_0
+  // How quantized weights meet the activations (--activations; runtime/kernels.h): 8-bit (the
+  // integer kernels) or unrounded F32 (the reference frameworks' numbers).
+  runtime::Activations activations = runtime::Activations::Q8;
   // Adapters added and removed at run time, each sequence carrying its own (graft serve): the
   // registry is dynamic (AdapterRegistry), the startup adapters its first entries, within
   // `residency`. Not with `fuse`.

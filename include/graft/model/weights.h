@@ -25,10 +25,13 @@ struct Matrix {
   Tensor dense;           // F32/F16/BF16 or GGUF blocks [rows, cols]
   AffineQuantized quant;  // when quantized()
   int64_t rows = 0, cols = 0;
-  // A copy of GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks or mlx affine codes laid out for one integer kernel, made after load by
+  // A copy of GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K blocks or mlx affine codes laid out for one integer kernel, made after load by
   // runtime::prepare_weights on CPUs that run it; matmul then reads it instead of `dense` (which
   // stays: embedding rows, adapters and tools read the stored form).
   std::shared_ptr<const runtime::InterleavedBlocks> interleaved;
+  // GGUF blocks multiplied with unrounded F32 activations (runtime::Activations::F32, set by
+  // prepare_weights): each tile of rows dequantized, then the dense F32 kernel.
+  bool f32_activations = false;
 
   bool quantized() const { return quant.bits != 0; }
   int64_t nbytes() const { return quantized() ? quant.nbytes() : dense.nbytes(); }

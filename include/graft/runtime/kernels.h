@@ -10,6 +10,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graft/core/affine_quant.h"
@@ -39,15 +40,27 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor
 void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate = false,
             const ColumnEpilogue* epilogue = nullptr);
 
-// Copies the model's GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices and its mlx affine 4/8-bit matrices into the
+// Copies the model's GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K matrices and its mlx affine 4/8-bit matrices into the
 // layout of the CPU's fastest integer kernel (16 rows interleaved, for AVX512-VNNI, AVX-VNNI or AVX2;
 // GRAFT_Q8_INTERLEAVE=0 keeps them as stored, the affine ones on matmul_affine's F32 kernel). The
 // copies change the summation order of those matrices, and for affine matrices round the
 // activations to 8 bits per block of 32 (runtime/interleaved_blocks.h: the block model); every other
 // property holds (results independent of m and the thread count). Returns the bytes copied. Call
 // before a Transformer is built on the weights.
-int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool);
-int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool);  // one matrix of it
+//
+// How quantized weights (GGUF blocks, mlx affine) meet the activations (`--activations` of generate
+// and serve): Q8, the default, rounds each activation row to 8 bits per block of 32 and runs the
+// integer kernels (interleaved copies where the CPU has them); F32 leaves the activations unrounded:
+// GGUF blocks are dequantized tile by tile (a few rows at a time, in L2) and run on the dense F32
+// kernel, so the logits equal those of the same file loaded with `--dtype f32` bit for bit (F32 math
+// on the dequantized weights, transformers' numbers) without its 4-8x memory; mlx affine matrices
+// stay on matmul_affine's F32 kernel (mlx-lm's numbers). Slower (prefill several times) and kept for
+// checks against the reference frameworks.
+enum class Activations { Q8, F32 };
+Activations parse_activations(std::string_view name, std::string_view option = "--activations");  // "q8" | "f32"
+const char* activations_name(Activations a);
+int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool, Activations a = Activations::Q8);
+int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool, Activations a = Activations::Q8);  // one matrix of it
 
 // Which integer kernel GGUF block weights run on this CPU: "avx512vnni", "avxvnni", "avx2" (or
 // GRAFT_Q8_KERNEL's choice).
