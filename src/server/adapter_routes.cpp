@@ -38,13 +38,6 @@ std::string confined(const std::string& root, const std::string& given, const st
   return real.string();
 }
 
-const std::string& string_field(const json& b, const char* field) {
-  auto it = b.find(field);
-  if (it == b.end() || !it->is_string() || it->get_ref<const std::string&>().empty())
-    fail_as(ErrorKind::kBadRequest, "field '", field, "' must be a non-empty string");
-  return it->get_ref<const std::string&>();
-}
-
 // A refused load is the request's fault whatever the kind (a bad, unsupported or unreadable
 // adapter): 400 naming the problem; only an internal error is a 500.
 ApiError load_error(const std::exception& e) {

@@ -139,7 +139,9 @@ void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
   Slot& s = slots_[i];
   const int64_t cap = static_cast<int64_t>(job->prompt.size()) - 1;
   int64_t reuse = 0;
-  if (job->cache_prompt && s.digest == job->adapters.digest)
+  // An embedding needs every prompt token's hidden state: it evaluates from 0 (its KV is kept
+  // afterwards, so a completion with the same prefix and adapters reuses it).
+  if (job->cache_prompt && !job->params.embedding && s.digest == job->adapters.digest)
     reuse = std::min<int64_t>(common_prefix(s.cached, job->prompt), cap);
   reuse = std::max<int64_t>(0, reuse);
   if (job->leader) {
@@ -226,6 +228,7 @@ void Scheduler::finish(size_t i, const char* why) {
   e.predicted = static_cast<int64_t>(q.generated().size());
   e.prompt_ms = q.prompt_seconds() * 1e3;
   e.predicted_ms = q.decode_seconds() * 1e3;
+  if (q.params().embedding && q.reason() != engine::StopReason::Cancelled) e.hidden = std::move(q.hidden_rows());
   stats_.prompt_seconds_total += q.prompt_seconds();
   stats_.predicted_seconds_total += q.decode_seconds();
   if (q.reason() == engine::StopReason::Cancelled) ++stats_.requests_cancelled;

@@ -2,8 +2,10 @@
 // scheduler in scheduler.h, the JSON shapes in api.h).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "graft/engine/embedding.h"
 #include "graft/engine/engine.h"
 #include "graft/runtime/kv_cache.h"
 
@@ -27,6 +29,8 @@ struct ServerOptions {
   bool allow_runtime_lora = false;  // POST /v1/load_lora_adapter, /v1/unload_lora_adapter
   std::string lora_root;            // runtime lora_path values must resolve inside it
   std::string lora_dir;             // an unknown `model` name loads <lora_dir>/<name> on first use
+  bool embeddings = false;          // serve /v1/embeddings and /embedding(s) (llama-server's --embeddings)
+  std::optional<engine::Pooling> pooling;  // --pooling (default: the model's, else last)
 };
 
 // Checks the model and adapters, listens (answering /health with 503 while the model loads),
