@@ -128,6 +128,7 @@ void add_adapter_routes(httplib::Server& svr, State& st) {
       const std::string& name = string_field(b, "lora_name");
       if (!st.engine->adapters().remove(name))
         throw HttpError(404, "not_found_error", "The lora adapter '" + name + "' cannot be found.");
+      st.scheduler->prune_adapter_counters();
       std::fprintf(stderr, "graft serve: unloaded adapter '%s'\n", name.c_str());
       plain(res, "Success: LoRA adapter '" + name + "' removed successfully.");
     } catch (const std::exception& e) {

@@ -118,6 +118,11 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+void Scheduler::prune_adapter_counters() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(stats_.adapters, [&](const auto& kv) { return !engine_.adapters().contains(kv.first); });
+}
+
 std::vector<int32_t> Scheduler::held_tokens(const Slot& s) {
   if (!s.seq) return s.cached;
   std::vector<int32_t> t = s.seq->prompt();  // a running slot: its history, as far as evaluated
@@ -242,6 +247,10 @@ void Scheduler::finish(size_t i, const char* why) {
     e.error = why;
   }
   for (const auto& p : s.job->adapters.picks) {
+    if (!engine_.adapters().contains(p.id)) {  // unloaded while it ran: its counters go with it
+      stats_.adapters.erase(p.id);
+      continue;
+    }
     auto& c = stats_.adapters[p.id];
     c.prompt_tokens += e.prompt_tokens - e.tokens_cached;
     c.generation_tokens += e.predicted;
