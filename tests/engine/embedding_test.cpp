@@ -7,7 +7,8 @@
 // Tolerances: 1e-4 absolute against transformers, as for the logits (reference_models_test.cpp):
 // both sides compute in F32 (BF16 checkpoints: transformers on the BF16 weights upcast, graft's
 // arithmetic) and only summation order differs; the hidden states are RMS-normalized (|x| ~ 1),
-// so the difference is ~1e-6. Chunked or batched against one pass: 1e-5 (the same arithmetic on
+// so the difference is small: measured at most 7.3e-6 over the 27 prompts. Chunked or batched
+// against one pass: 1e-5 (the same arithmetic on
 // differently shaped matrices).
 #include <gtest/gtest.h>
 
