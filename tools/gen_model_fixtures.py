@@ -10,6 +10,10 @@ For every model in MODELS this writes tests/fixtures/models/<name>/:
   reference.json          prompts (text, ids, 16 greedy ids, top-1/top-2 gaps), dtype, notes
   reference.safetensors   logits_<i>      F32 [T, vocab]: full forward over prompt i's ids
                           logits_bf16_<i> (bf16 models only) same, computed natively in bfloat16
+  reference_hidden.safetensors
+                          hidden_<i>      F32 [T, hidden]: the last entry of output_hidden_states
+                                          (after the final RMSNorm, what lm_head reads), same
+                                          forward as logits_<i> (graft's embeddings)
 
 Everything is reproducible: each model's weights come from a fixed per-model seed (the first
 seed in SEED_BASE + k, k = 0..SEED_TRIES-1, whose greedy decode keeps a top-1/top-2 logit gap of
@@ -27,7 +31,10 @@ To exercise both in graft's config parser, models with CONFIG_STYLE "legacy" get
 config.json rewritten to the 4.x keys (and the rewrite is verified by reloading it with
 transformers and comparing logits bit-for-bit); "v5" models keep what save_pretrained wrote.
 
-Usage: python3 tools/gen_model_fixtures.py [--only NAME ...] [--out DIR]
+Usage: python3 tools/gen_model_fixtures.py [--only NAME ...] [--out DIR] [--hidden-only]
+  --hidden-only: (re)write only reference_hidden.safetensors of the committed checkpoints, from
+  their reference.json ids (the weights are not regenerated; the recomputed logits must match the
+  committed logits_<i> to 1e-5, so the hidden states belong to the same reference run).
 """
 import argparse
 import json
@@ -184,6 +191,44 @@ def full_logits(model, ids):
 
 
 @torch.no_grad()
+def full_hidden(model, ids):
+    """The final hidden states [T, hidden]: output_hidden_states' last entry, which in HF Llama-family
+    models is after the final norm. Checked against last_hidden_state and against the logits (the
+    head applied to it), so a transformers change in what that entry means cannot pass silently."""
+    out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    h = out.hidden_states[-1][0]
+    if not torch.equal(h, model.model(input_ids=torch.tensor([ids])).last_hidden_state[0]):
+        raise SystemExit("hidden_states[-1] is not last_hidden_state (after the final norm)")
+    if not torch.allclose(model.lm_head(h).float(), out.logits[0].float(), atol=1e-5, rtol=0):
+        raise SystemExit("lm_head(hidden_states[-1]) does not give the logits")
+    return h.float()
+
+
+def save_hidden(ref, prompt_ids, dst):
+    from safetensors.torch import save_file
+    tensors = {f"hidden_{i}": full_hidden(ref, ids).contiguous() for i, ids in enumerate(prompt_ids)}
+    save_file(tensors, os.path.join(dst, "reference_hidden.safetensors"),
+              metadata={"generator": "tools/gen_model_fixtures.py"})
+    os.chmod(os.path.join(dst, "reference_hidden.safetensors"), 0o644)
+
+
+def hidden_only(spec, out_root):
+    """reference_hidden.safetensors for a committed checkpoint, which must reproduce its logits."""
+    from safetensors.torch import load_file
+    dst = os.path.join(out_root, spec["name"])
+    with open(os.path.join(dst, "reference.json")) as f:
+        prompt_ids = [p["ids"] for p in json.load(f)["prompts"]]
+    ref = ref_model(dst, spec)
+    committed = load_file(os.path.join(dst, "reference.safetensors"))
+    for i, ids in enumerate(prompt_ids):
+        d = float((full_logits(ref, ids) - committed[f"logits_{i}"]).abs().max())
+        if d > 1e-5:
+            raise SystemExit(f"{spec['name']}: prompt {i} logits differ from the committed ones by {d}")
+    save_hidden(ref, prompt_ids, dst)
+    print(f"{spec['name']}: reference_hidden.safetensors for {len(prompt_ids)} prompts")
+
+
+@torch.no_grad()
 def greedy(model, ids, n):
     """Pure argmax decoding (no processors, EOS ignored), full recompute each step."""
     seq, gaps = list(ids), []
@@ -321,6 +366,7 @@ def make_one(spec, out_root, verbose=True):
     tensors = {f"logits_{i}": l.contiguous() for i, l in enumerate(out["logits"])}
     tensors.update({f"logits_bf16_{i}": l.contiguous() for i, l in enumerate(out["logits_bf16"])})
     save_file(tensors, os.path.join(dst, "reference.safetensors"), metadata={"generator": "tools/gen_model_fixtures.py"})
+    save_hidden(ref, prompt_ids, dst)
 
     prompts = []
     for i, (t, ids) in enumerate(zip(texts, prompt_ids)):
@@ -369,6 +415,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="*", help="model names to (re)generate (default: all)")
     ap.add_argument("--out", default=OUT_DIR)
+    ap.add_argument("--hidden-only", action="store_true",
+                    help="only (re)write reference_hidden.safetensors of the committed checkpoints")
     args = ap.parse_args()
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
@@ -383,7 +431,7 @@ def main():
         raise SystemExit(f"unknown models: {sorted(unknown)}")
     for spec in MODELS:
         if spec["name"] in names:
-            make_one(spec, args.out)
+            hidden_only(spec, args.out) if args.hidden_only else make_one(spec, args.out)
 
 
 if __name__ == "__main__":

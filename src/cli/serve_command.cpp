@@ -17,6 +17,7 @@ struct ServeArgs {
   std::vector<std::string> loras, loras_scaled;
   bool init_without_apply = false;
   int64_t max_loras_resident = 0, lora_memory_mb = 0;
+  std::string pooling;
 };
 
 // "NAME=PATH" (vLLM's --lora-modules form) when the part before '=' is a plain name and the whole
@@ -54,6 +55,7 @@ int run_serve(ServeArgs& a) {
   o.init_without_apply = a.init_without_apply;
   a.server.ctx_size = a.model.ctx_size;
   a.server.cache_type = cache_type(a.model);
+  if (!a.pooling.empty()) a.server.pooling = engine::parse_pooling(a.pooling);
   return server::run_server(a.server, o);
 }
 
@@ -104,11 +106,17 @@ Runner add_serve_command(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("--lora-init-without-apply", a->init_without_apply,
                "Load the adapters with every default scale at 0 (set them with POST /lora-adapters)");
+  app.add_flag("--embeddings,--embedding", s.embeddings,
+               "Serve POST /v1/embeddings, /embedding and /embeddings (hidden states after the final norm, pooled)");
+  app.add_option("--pooling", a->pooling,
+                 "Embedding pooling: none|mean|cls|last (default: the model's GGUF pooling_type, else last)")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last"}));
   app.add_flag("--lora-fuse", s.fuse,
                "Bake the adapters into the weights at load (no decode cost; scales fixed for the process)");
   app.footer(
       "Routes: /health /completion /v1/completions /v1/chat/completions /v1/models /tokenize /detokenize /props\n"
-      "/lora-adapters /metrics /v1/load_lora_adapter /v1/unload_lora_adapter, the web page at / (docs/SERVER.md).\n"
+      "/lora-adapters /metrics /v1/load_lora_adapter /v1/unload_lora_adapter, with --embeddings /v1/embeddings\n"
+      "/embedding, the web page at / (docs/SERVER.md).\n"
       "Example: graft serve -m models/SmolLM2-135M-Instruct.Q4_1.gguf --lora demo/adapters/pirate-peft --port 8080");
   return [a] { return run_serve(*a); };
 }

@@ -279,6 +279,11 @@ bool AdapterRegistry::remove(const std::string& name) {
   return false;
 }
 
+bool AdapterRegistry::contains(int64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.count(id) != 0;
+}
+
 Selection AdapterRegistry::select(std::optional<int64_t> model_adapter,
                                   const std::optional<std::vector<ScaleEntry>>& lora) {
   std::lock_guard<std::mutex> lock(mu_);

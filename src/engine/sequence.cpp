@@ -60,7 +60,12 @@ Sequence::Sequence(const text::Tokenizer& tokenizer, runtime::KVCache& cache, st
       decoder_(tokenizer),
       stops_(params_.stop) {
   if (prompt_.empty()) fail_as(ErrorKind::kBadRequest, "the prompt is empty (no tokens)");
-  if (static_cast<int64_t>(prompt_.size()) >= cache_.capacity())
+  if (params_.embedding) {
+    if (static_cast<int64_t>(prompt_.size()) > cache_.capacity())
+      fail_as(ErrorKind::kLimit, "the input has ", prompt_.size(), " tokens, which does not fit the context size ",
+              cache_.capacity(), " (raise --ctx-size or shorten the input)");
+    if (cache_.size() != 0) fail_as(ErrorKind::kInternal, "an embedding must start from an empty cache");
+  } else if (static_cast<int64_t>(prompt_.size()) >= cache_.capacity())
     fail_as(ErrorKind::kLimit, "the prompt has ", prompt_.size(), " tokens, which does not fit the context size ",
             cache_.capacity(), " with room to generate (raise --ctx-size or shorten the prompt)");
   const int32_t vocab = tokenizer_.vocab_size();
@@ -126,7 +131,7 @@ StepOutput Sequence::advance(int64_t n, std::span<const float> logits) {
     text_ += out.text;
     return out;
   };
-  if (params_.max_tokens >= 0 && static_cast<int64_t>(generated_.size()) >= params_.max_tokens) {
+  if (params_.embedding || (params_.max_tokens >= 0 && static_cast<int64_t>(generated_.size()) >= params_.max_tokens)) {
     finish(StopReason::MaxTokens);
     out.text = stops_.flush();
     return out;

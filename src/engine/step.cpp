@@ -79,6 +79,7 @@ StepResult run_step(runtime::ThreadPool& pool, runtime::Transformer& model, cons
     in.tokens = s.pending(counts[i]);
     in.lora_scales = s.params().lora_scales;
     in.want_logits = s.completes(counts[i]);
+    if (s.params().embedding) in.hidden = &s.hidden_rows();  // rows instead of logits
     inputs.push_back(in);
     chosen.push_back(i);
     if (s.generated().empty()) res.prompt_tokens += counts[i];
@@ -97,7 +98,7 @@ StepResult run_step(runtime::ThreadPool& pool, runtime::Transformer& model, cons
   int64_t row = 0;
   for (size_t k = 0; k < chosen.size(); ++k) {
     std::span<const float> lrow;
-    if (inputs[k].want_logits) {
+    if (inputs[k].want_logits && !inputs[k].hidden) {
       lrow = std::span<const float>(logits.data() + row * vocab, static_cast<size_t>(vocab));
       ++row;
     }

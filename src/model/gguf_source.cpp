@@ -89,6 +89,7 @@ ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
   c.qk_norm = fam.qk_norm;
   c.attention_bias = fam.attention_bias || g.find("blk.0.attn_q.bias") != nullptr;
   if (auto v = g.optional_int(a + ".attention.sliding_window")) c.sliding_window = *v;
+  c.pooling_type = g.optional_int(a + ".pooling_type");
   const std::string scaling = g.optional_string(a + ".rope.scaling.type").value_or("none");
   if (scaling == "linear") {
     c.rope_scaling.type = RopeScalingType::Linear;

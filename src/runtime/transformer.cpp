@@ -368,7 +368,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     int64_t r = 0;
     for (const auto& s : batch) {
       const int64_t n = static_cast<int64_t>(s.tokens.size());
-      if (!s.want_logits) {
+      if (!s.want_logits || s.hidden) {
       } else if (s.all_logits) {
         for (int64_t t = 0; t < n; ++t) out_rows.push_back(r + t);
       } else {
@@ -384,6 +384,26 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   std::vector<int64_t> seq_of_out;
   for (int64_t r : out_rows) seq_of_out.push_back(seq_of_row[static_cast<size_t>(r)]);
   if (R > 0) project(pool, -1, Projection::LmHead, hn.data(), R, logits.data(), group_rows(seq_of_out));
+  // Hidden states (embeddings): the final norm of every row of those sequences, no head.
+  {
+    int64_t r = 0;
+    for (const auto& s : batch) {
+      const int64_t n = static_cast<int64_t>(s.tokens.size());
+      if (s.hidden) {
+        const size_t at = s.hidden->size();
+        s.hidden->resize(at + static_cast<size_t>(n * H));
+        float* out = s.hidden->data() + at;
+        pool.parallel_for(
+            n,
+            [&](int64_t b, int64_t e) {
+              for (int64_t t = b; t < e; ++t)
+                rms_norm(&x[(r + t) * H], weights_.final_norm.as<float>(), H, eps, out + t * H);
+            },
+            rows_per_chunk(H));
+      }
+      r += n;
+    }
+  }
   for (const auto& s : batch) s.cache->advance(static_cast<int64_t>(s.tokens.size()));
   return logits;
 }

@@ -38,13 +38,6 @@ std::string confined(const std::string& root, const std::string& given, const st
   return real.string();
 }
 
-const std::string& string_field(const json& b, const char* field) {
-  auto it = b.find(field);
-  if (it == b.end() || !it->is_string() || it->get_ref<const std::string&>().empty())
-    fail_as(ErrorKind::kBadRequest, "field '", field, "' must be a non-empty string");
-  return it->get_ref<const std::string&>();
-}
-
 // A refused load is the request's fault whatever the kind (a bad, unsupported or unreadable
 // adapter): 400 naming the problem; only an internal error is a 500.
 ApiError load_error(const std::exception& e) {
@@ -135,6 +128,7 @@ void add_adapter_routes(httplib::Server& svr, State& st) {
       const std::string& name = string_field(b, "lora_name");
       if (!st.engine->adapters().remove(name))
         throw HttpError(404, "not_found_error", "The lora adapter '" + name + "' cannot be found.");
+      st.scheduler->prune_adapter_counters();
       std::fprintf(stderr, "graft serve: unloaded adapter '%s'\n", name.c_str());
       plain(res, "Success: LoRA adapter '" + name + "' removed successfully.");
     } catch (const std::exception& e) {

@@ -11,20 +11,10 @@ namespace graft::server {
 
 namespace {
 
-[[noreturn]] void bad_field(const std::string& field, const std::string& expected) {
-  fail_as(ErrorKind::kBadRequest, "field '", field, "' must be ", expected);
-}
-
-const json* find(const json& b, const char* field) {
-  auto it = b.find(field);
-  if (it == b.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 // Sampling fields are floats: a value beyond float's range is refused here (the conversion of such
 // a double to float would be undefined behaviour).
 float number(const json& b, const char* field, double dflt) {
-  const json* v = find(b, field);
+  const json* v = find_field(b, field);
   if (!v) return static_cast<float>(dflt);
   if (!v->is_number()) bad_field(field, "a number");
   const double d = v->get<double>();
@@ -32,31 +22,15 @@ float number(const json& b, const char* field, double dflt) {
   return static_cast<float>(d);
 }
 
-int64_t integer(const json& b, const char* field, int64_t dflt, int64_t lo, int64_t hi) {
-  const json* v = find(b, field);
-  if (!v) return dflt;
-  int64_t n = 0;
-  if (v->is_number_integer()) {
-    n = v->get<int64_t>();
-  } else if (v->is_number_float() && std::nearbyint(v->get<double>()) == v->get<double>() &&
-             std::fabs(v->get<double>()) < 9e18) {
-    n = static_cast<int64_t>(v->get<double>());
-  } else {
-    bad_field(field, "an integer");
-  }
-  if (n < lo || n > hi) bad_field(field, "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return n;
-}
-
 bool boolean(const json& b, const char* field, bool dflt) {
-  const json* v = find(b, field);
+  const json* v = find_field(b, field);
   if (!v) return dflt;
   if (!v->is_boolean()) bad_field(field, "true or false");
   return v->get<bool>();
 }
 
 std::vector<std::string> stop_strings(const json& b) {
-  const json* v = find(b, "stop");
+  const json* v = find_field(b, "stop");
   if (!v) return {};
   if (v->is_string()) return {v->get<std::string>()};
   if (!v->is_array()) bad_field("stop", "a string or an array of strings");
@@ -79,7 +53,7 @@ int32_t token_id(const json& v, const std::string& field, const text::Tokenizer&
 // llama-server's prompt: a string, or an array mixing token ids and strings (BOS added when the
 // first element is a string and the model adds one).
 std::vector<int32_t> prompt_tokens(const json& b, const text::Tokenizer& tok) {
-  const json* v = find(b, "prompt");
+  const json* v = find_field(b, "prompt");
   if (!v) fail_as(ErrorKind::kBadRequest, "field 'prompt' is required");
   if (v->is_string()) return tok.encode(v->get<std::string>(), /*parse_special=*/true);
   if (!v->is_array()) bad_field("prompt", "a string or an array of token ids and strings");
@@ -102,7 +76,7 @@ std::vector<int32_t> prompt_tokens(const json& b, const text::Tokenizer& tok) {
 
 // OpenAI messages: content as a string or as text parts (joined); anything else refused.
 json chat_messages(const json& b) {
-  const json* v = find(b, "messages");
+  const json* v = find_field(b, "messages");
   if (!v) fail_as(ErrorKind::kBadRequest, "field 'messages' is required");
   if (!v->is_array() || v->empty()) bad_field("messages", "a non-empty array of {role, content} objects");
   json out = json::array();
@@ -129,7 +103,7 @@ json chat_messages(const json& b) {
 }
 
 void refuse_unimplemented(const json& b) {
-  if (const json* v = find(b, "tools"); v && !(v->is_array() && v->empty()))
+  if (const json* v = find_field(b, "tools"); v && !(v->is_array() && v->empty()))
     fail_as(ErrorKind::kUnsupported, "field 'tools' is not supported");
 }
 
@@ -145,7 +119,7 @@ float bias_value(const json& v, const std::string& where) {
 // OpenAI's {"token id": bias} (also llama-server's), or llama-server's [[id or string, bias], ...]
 // (a string biases each of its tokens). Later entries for one token replace earlier ones.
 std::vector<std::pair<int32_t, float>> logit_bias(const json& b, const text::Tokenizer& tok) {
-  const json* v = find(b, "logit_bias");
+  const json* v = find_field(b, "logit_bias");
   if (!v) return {};
   std::map<int32_t, float> out;
   auto id_in_vocab = [&](int64_t id, const std::string& where) {
@@ -191,6 +165,38 @@ std::vector<std::pair<int32_t, float>> logit_bias(const json& b, const text::Tok
 
 }  // namespace
 
+[[noreturn]] void bad_field(const std::string& field, const std::string& expected) {
+  fail_as(ErrorKind::kBadRequest, "field '", field, "' must be ", expected);
+}
+
+const json* find_field(const json& b, const char* field) {
+  auto it = b.find(field);
+  if (it == b.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+int64_t integer_field(const json& b, const char* field, int64_t dflt, int64_t lo, int64_t hi) {
+  const json* v = find_field(b, field);
+  if (!v) return dflt;
+  int64_t n = 0;
+  if (v->is_number_integer()) {
+    n = v->get<int64_t>();
+  } else if (v->is_number_float() && std::nearbyint(v->get<double>()) == v->get<double>() &&
+             std::fabs(v->get<double>()) < 9e18) {
+    n = static_cast<int64_t>(v->get<double>());
+  } else {
+    bad_field(field, "an integer");
+  }
+  if (n < lo || n > hi) bad_field(field, "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return n;
+}
+
+const std::string& string_field(const json& b, const char* field) {
+  const json* v = find_field(b, field);
+  if (!v || !v->is_string() || v->get_ref<const std::string&>().empty()) bad_field(field, "a non-empty string");
+  return v->get_ref<const std::string&>();
+}
+
 std::vector<engine::ScaleEntry> parse_lora_list(const json& value, const std::string& field) {
   if (!value.is_array()) fail_as(ErrorKind::kBadRequest, "field '", field, "' must be an array of {id, scale} objects");
   std::vector<engine::ScaleEntry> out;
@@ -216,15 +222,15 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
   } else {
     r.prompt = prompt_tokens(b, tok);
   }
-  if (const json* m = find(b, "model"); m && m->is_string()) r.model = m->get<std::string>();
+  if (const json* m = find_field(b, "model"); m && m->is_string()) r.model = m->get<std::string>();
   auto& p = r.params;
   auto& s = p.sampling;
   s.temperature = number(b, "temperature", 0.8);
-  s.top_k = static_cast<int32_t>(integer(b, "top_k", 40, INT32_MIN, INT32_MAX));
+  s.top_k = static_cast<int32_t>(integer_field(b, "top_k", 40, INT32_MIN, INT32_MAX));
   s.top_p = number(b, "top_p", 0.95);
   s.min_p = number(b, "min_p", 0.05);
   s.repeat_penalty = number(b, "repeat_penalty", 1.0);
-  s.repeat_last_n = static_cast<int32_t>(integer(b, "repeat_last_n", 64, -1, INT32_MAX));
+  s.repeat_last_n = static_cast<int32_t>(integer_field(b, "repeat_last_n", 64, -1, INT32_MAX));
   if (s.repeat_last_n < 0) s.repeat_last_n = INT32_MAX;  // llama-server: -1 = the whole context
   s.presence_penalty = number(b, "presence_penalty", 0.0);
   s.frequency_penalty = number(b, "frequency_penalty", 0.0);
@@ -232,7 +238,7 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
     if (const float v = f[0] == 'p' ? s.presence_penalty : s.frequency_penalty; !(v >= -2.0f && v <= 2.0f))
       bad_field(f, "in [-2, 2]");
   s.logit_bias = logit_bias(b, tok);
-  const int64_t seed = integer(b, "seed", -1, INT64_MIN, INT64_MAX);
+  const int64_t seed = integer_field(b, "seed", -1, INT64_MIN, INT64_MAX);
   s.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
   try {
     runtime::validate(s);
@@ -241,38 +247,38 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
   }
   // n_predict (native) or max_tokens / max_completion_tokens (OpenAI); -1: until EOS or the
   // context is full (the context caps it either way).
-  int64_t n = integer(b, "n_predict", -1, -1, INT64_MAX);
-  n = integer(b, "max_tokens", n, -1, INT64_MAX);
-  n = integer(b, "max_completion_tokens", n, -1, INT64_MAX);
+  int64_t n = integer_field(b, "n_predict", -1, -1, INT64_MAX);
+  n = integer_field(b, "max_tokens", n, -1, INT64_MAX);
+  n = integer_field(b, "max_completion_tokens", n, -1, INT64_MAX);
   p.max_tokens = n;
   p.stop = stop_strings(b);
   if (!boolean(b, "ignore_eos", false)) p.eos_ids = eos_ids;
-  p.n_probs = static_cast<int32_t>(integer(b, "n_probs", 0, 0, 100));
+  p.n_probs = static_cast<int32_t>(integer_field(b, "n_probs", 0, 0, 100));
   if (route == Route::OaiChat) {
     // logprobs: true, top_logprobs: k (0..20): the drawn token's logprob and the k most likely.
     r.logprobs = boolean(b, "logprobs", false);
-    r.top_logprobs = static_cast<int32_t>(integer(b, "top_logprobs", 0, 0, 20));
-    if (find(b, "top_logprobs") && !r.logprobs)
+    r.top_logprobs = static_cast<int32_t>(integer_field(b, "top_logprobs", 0, 0, 20));
+    if (find_field(b, "top_logprobs") && !r.logprobs)
       fail_as(ErrorKind::kBadRequest, "field 'top_logprobs' needs 'logprobs': true");
   } else if (route == Route::OaiCompletion) {
     // logprobs: k (0..5): the drawn token's logprob and the k most likely (null: none).
-    if (find(b, "logprobs")) {
+    if (find_field(b, "logprobs")) {
       r.logprobs = true;
-      r.top_logprobs = static_cast<int32_t>(integer(b, "logprobs", 0, 0, 5));
+      r.top_logprobs = static_cast<int32_t>(integer_field(b, "logprobs", 0, 0, 5));
     }
   }
   if (r.logprobs) {
     p.token_prob = true;
     p.n_probs = std::max(p.n_probs, r.top_logprobs);
   }
-  if (route != Route::Completion) r.n = static_cast<int32_t>(integer(b, "n", 1, 1, 128));
+  if (route != Route::Completion) r.n = static_cast<int32_t>(integer_field(b, "n", 1, 1, 128));
   r.stream = boolean(b, "stream", false);
   r.cache_prompt = boolean(b, "cache_prompt", true);
-  if (const json* so = find(b, "stream_options")) {
+  if (const json* so = find_field(b, "stream_options")) {
     if (!so->is_object()) bad_field("stream_options", "an object");
     r.include_usage = boolean(*so, "include_usage", false);
   }
-  if (const json* l = find(b, "lora")) r.lora = parse_lora_list(*l, "lora");
+  if (const json* l = find_field(b, "lora")) r.lora = parse_lora_list(*l, "lora");
   p.grammar = request_grammar(b);
   return r;
 }

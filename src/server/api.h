@@ -45,6 +45,14 @@ std::shared_ptr<const engine::Grammar> request_grammar(const json& body);
 CompletionRequest parse_completion_request(const json& body, Route route, const text::Tokenizer& tokenizer,
                                            const text::ChatPrompt* chat, const std::vector<int32_t>& eos_ids);
 
+// Request-field helpers every route shares (each error a kBadRequest naming the field): a field's
+// value (absent or null: nullptr); "field 'F' must be EXPECTED"; an integer in [lo, hi] (an
+// integral float such as 3.0 counts), `dflt` when absent; a required non-empty string.
+const json* find_field(const json& body, const char* field);
+[[noreturn]] void bad_field(const std::string& field, const std::string& expected);
+int64_t integer_field(const json& body, const char* field, int64_t dflt, int64_t lo, int64_t hi);
+const std::string& string_field(const json& body, const char* field);
+
 // [{"id": N, "scale": S}, ...] as /lora-adapters and the per-request `lora` field take it.
 std::vector<engine::ScaleEntry> parse_lora_list(const json& value, const std::string& field);
 

@@ -35,6 +35,7 @@ struct JobEvent {
   int64_t tokens_cached = 0;   // prompt tokens whose KV was reused
   int64_t predicted = 0;       // tokens generated
   double prompt_ms = 0, predicted_ms = 0;
+  std::vector<float> hidden;   // an embedding job's: [prompt tokens, hidden_size], after the final norm
   bool failed = false;
   ErrorKind error_kind = ErrorKind::kInternal;
   std::string error;

@@ -46,15 +46,13 @@ json parse_body(const httplib::Request& req) {
   }
 }
 
-namespace {
-
-// Errors from the adapter registry: under --lora-fuse a change of scales is a 400
-// not_supported_error (the request is wrong for this server, not the server incapable).
 ApiError registry_error(const std::exception& e) {
   const auto* ge = dynamic_cast<const Error*>(&e);
   if (ge && ge->kind() == ErrorKind::kUnsupported) return api_error(400, "not_supported_error", e.what());
   return api_error(e);
 }
+
+namespace {
 
 std::string random_id(const char* prefix) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -467,6 +465,8 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   for (const auto& [opt, dir] : {std::pair{"--lora-root", o.lora_root}, std::pair{"--lora-dir", o.lora_dir}})
     if (!dir.empty() && !std::filesystem::is_directory(dir))
       fail_as(ErrorKind::kBadRequest, opt, " '", dir, "' is not a directory");
+  if (o.pooling && !o.embeddings)
+    fail_as(ErrorKind::kBadRequest, "--pooling is only used with --embeddings");
   if (o.fuse && (o.allow_runtime_lora || !o.lora_dir.empty() || eo.residency.max_adapters || eo.residency.max_bytes))
     fail_as(ErrorKind::kBadRequest, "--lora-fuse bakes the startup adapters into the weights: it excludes "
                                     "--allow-runtime-lora, --lora-dir, --max-loras-resident and --lora-memory");
@@ -499,6 +499,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   add_routes(svr, st);
   add_adapter_routes(svr, st);
   if (o.webui) add_web_routes(svr);
+  add_embedding_routes(svr, st);
   int port = o.port;
   if (port == 0) {
     port = svr.bind_to_any_port(o.host);
@@ -528,6 +529,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
       so.queue_size = o.queue_size;
       so.cache_type = o.cache_type;
       st.scheduler = std::make_unique<Scheduler>(*st.engine, so);
+      if (o.embeddings) st.pooling = o.pooling ? *o.pooling : engine::default_pooling(m.config);
       st.ready = true;
       std::string how = st.engine->adapters().fused()       ? ", fused"
                         : st.engine->adapters().size() == 0 ? ""
@@ -537,6 +539,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
       if (lim.max_bytes > 0) how += ", resident terms <= " + std::to_string(lim.max_bytes >> 20) + " MiB";
       if (o.allow_runtime_lora) how += ", runtime loading from " + o.lora_root;
       if (!o.lora_dir.empty()) how += ", --lora-dir " + o.lora_dir;
+      if (o.embeddings) how += std::string(", embeddings (pooling ") + engine::pooling_name(st.pooling) + ")";
       std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s)\n", o.parallel,
                    static_cast<long long>(st.slot_ctx), std::string(runtime::kv_cache_type_name(o.cache_type)).c_str(),
                    st.engine->adapters().size(), how.c_str());

@@ -118,6 +118,11 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+void Scheduler::prune_adapter_counters() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(stats_.adapters, [&](const auto& kv) { return !engine_.adapters().contains(kv.first); });
+}
+
 std::vector<int32_t> Scheduler::held_tokens(const Slot& s) {
   if (!s.seq) return s.cached;
   std::vector<int32_t> t = s.seq->prompt();  // a running slot: its history, as far as evaluated
@@ -139,7 +144,9 @@ void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
   Slot& s = slots_[i];
   const int64_t cap = static_cast<int64_t>(job->prompt.size()) - 1;
   int64_t reuse = 0;
-  if (job->cache_prompt && s.digest == job->adapters.digest)
+  // An embedding needs every prompt token's hidden state: it evaluates from 0 (its KV is kept
+  // afterwards, so a completion with the same prefix and adapters reuses it).
+  if (job->cache_prompt && !job->params.embedding && s.digest == job->adapters.digest)
     reuse = std::min<int64_t>(common_prefix(s.cached, job->prompt), cap);
   reuse = std::max<int64_t>(0, reuse);
   if (job->leader) {
@@ -226,6 +233,7 @@ void Scheduler::finish(size_t i, const char* why) {
   e.predicted = static_cast<int64_t>(q.generated().size());
   e.prompt_ms = q.prompt_seconds() * 1e3;
   e.predicted_ms = q.decode_seconds() * 1e3;
+  if (q.params().embedding && q.reason() != engine::StopReason::Cancelled) e.hidden = std::move(q.hidden_rows());
   stats_.prompt_seconds_total += q.prompt_seconds();
   stats_.predicted_seconds_total += q.decode_seconds();
   if (q.reason() == engine::StopReason::Cancelled) ++stats_.requests_cancelled;
@@ -239,6 +247,10 @@ void Scheduler::finish(size_t i, const char* why) {
     e.error = why;
   }
   for (const auto& p : s.job->adapters.picks) {
+    if (!engine_.adapters().contains(p.id)) {  // unloaded while it ran: its counters go with it
+      stats_.adapters.erase(p.id);
+      continue;
+    }
     auto& c = stats_.adapters[p.id];
     c.prompt_tokens += e.prompt_tokens - e.tokens_cached;
     c.generation_tokens += e.predicted;

@@ -63,6 +63,9 @@ class Scheduler {
   void stop();
 
   SchedulerStats stats() const;
+  // Drops the per-adapter counters of adapters no longer registered (after an unload; a request
+  // still running with one drops its counters when it ends).
+  void prune_adapter_counters();
   const SchedulerOptions& options() const { return opts_; }
 
  private:

@@ -2,8 +2,10 @@
 // scheduler in scheduler.h, the JSON shapes in api.h).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "graft/engine/embedding.h"
 #include "graft/engine/engine.h"
 #include "graft/runtime/kv_cache.h"
 
@@ -28,6 +30,8 @@ struct ServerOptions {
   std::string lora_root;            // runtime lora_path values must resolve inside it
   std::string lora_dir;             // an unknown `model` name loads <lora_dir>/<name> on first use
   bool webui = true;                // the web page at "/" (--no-webui turns it off)
+  bool embeddings = false;          // serve /v1/embeddings and /embedding(s) (llama-server's --embeddings)
+  std::optional<engine::Pooling> pooling;  // --pooling (default: the model's, else last)
 };
 
 // Checks the model and adapters, listens (answering /health with 503 while the model loads),

@@ -32,15 +32,21 @@ struct State {
   // The vocabulary for constrained decoding, built at the first request with a grammar.
   std::once_flag vocab_once;
   std::shared_ptr<const engine::TokenTrie> vocab;
+  engine::Pooling pooling = engine::Pooling::Last;  // --pooling, else the model's (resolved at load)
 };
 
 void send_json(httplib::Response& res, int status, const json& body);
 void send_error(httplib::Response& res, const ApiError& e);
 // Parses a request body as JSON (kBadRequest naming the problem).
 json parse_body(const httplib::Request& req);
+// Errors from the adapter registry: under --lora-fuse a change of scales is a 400
+// not_supported_error (the request is wrong for this server, not the server incapable).
+ApiError registry_error(const std::exception& e);
 
 // POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter (vLLM's lifecycle routes).
 void add_adapter_routes(httplib::Server& svr, State& st);
+// POST /v1/embeddings, /embedding and /embeddings (embeddings.cpp; 501 without --embeddings).
+void add_embedding_routes(httplib::Server& svr, State& st);
 // The adapter an OpenAI `model` name selects: none for the base's names (and, on a server without
 // runtime adapters, for any unknown name, as llama-server ignores it); a registered adapter's id;
 // with --lora-dir an unknown name loaded from there on first use. Throws HttpError (404 unknown

@@ -143,6 +143,7 @@ class AdapterRegistry {
               bool inplace = false);
   // Unregisters; false if no adapter has that name. Requests using it keep it until they end.
   bool remove(const std::string& name);
+  bool contains(int64_t id) const;  // registered now (ids are never reused after a remove)
   // A request's adapters: `model_adapter` (an id, from the OpenAI `model` name) at scale 1, with the
   // request's own `lora` list overriding scales (including the named adapter's); without a model
   // adapter the `lora` list alone (unlisted ids 0), else the defaults. Unknown or repeated ids and

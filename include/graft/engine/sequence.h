@@ -65,6 +65,10 @@ struct SequenceParams {
   std::shared_ptr<const TokenTrie> grammar_vocab;
   int32_t n_probs = 0;               // > 0: keep the top-n token probabilities of each step
   bool token_prob = false;           // keep the drawn token's probability (also with n_probs > 0)
+  // An embedding: the prompt is evaluated for its hidden states (every prompt token's final-norm
+  // row, hidden_rows()) and nothing is generated; the whole prompt may fill the context. The
+  // cache must start empty (a reused prefix would have no hidden states).
+  bool embedding = false;
 };
 
 struct TokenProb {
@@ -112,6 +116,8 @@ class Sequence {
   // Live scales: a change applies from the next forward pass on.
   std::vector<float>& lora_scales() { return params_.lora_scales; }
   runtime::KVCache& cache() { return cache_; }
+  // With params.embedding: rows [evaluated prompt tokens, hidden_size] (the step appends to it).
+  std::vector<float>& hidden_rows() { return hidden_; }
   int64_t cached_at_start() const { return cached_at_start_; }
   // Timings: prompt evaluation (first pass to first token) and generation (after the first token).
   double prompt_seconds() const;
@@ -121,6 +127,7 @@ class Sequence {
   const text::Tokenizer& tokenizer_;
   runtime::KVCache& cache_;
   std::vector<int32_t> prompt_, history_, generated_;
+  std::vector<float> hidden_;
   SequenceParams params_;
   runtime::Sampler sampler_;
   std::unique_ptr<GrammarMatcher> grammar_;

@@ -60,6 +60,9 @@ struct ModelConfig {
   std::optional<int64_t> sliding_window;  // mistral: attend to at most this many past positions
   std::vector<int32_t> eos_token_ids;      // from config/generation_config (may be several)
   std::optional<int32_t> bos_token_id;
+  // GGUF <arch>.pooling_type when the file declares one (llama.cpp's numbering: 0 none, 1 mean,
+  // 2 cls, 3 last, 4 rank): the default pooling of graft serve --embeddings.
+  std::optional<int64_t> pooling_type;
   std::optional<QuantizationConfig> quantization;  // mlx-lm quantized checkpoint
 
   int64_t q_dim() const { return num_heads * head_dim; }

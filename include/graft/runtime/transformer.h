@@ -24,6 +24,10 @@ struct SequenceInput {
   std::span<const float> lora_scales;
   // False: no logits row at all (a prefill chunk that does not end the prompt skips the head).
   bool want_logits = true;
+  // Set: hidden states instead of logits (embeddings). The final norm's output for every new token
+  // (what the head would read), rows [tokens, hidden_size] appended to *hidden; this sequence gets
+  // no logits row whatever want_logits/all_logits say, and the head does no work for it.
+  std::vector<float>* hidden = nullptr;
 };
 
 class Transformer {
@@ -32,7 +36,7 @@ class Transformer {
               std::shared_ptr<const LoraSet> loras = nullptr);
 
   // Runs the batch; returns logits rows [rows, vocab] in sequence order (per sequence: one row, or
-  // one per token when all_logits, none when !want_logits). Advances each cache by its token
+  // one per token when all_logits, none when !want_logits or hidden). Advances each cache by its token
   // count. Throws before touching any cache if a token id is out of range or a context would
   // overflow. The unfused adapters are the constructor's set.
   std::vector<float> forward(ThreadPool& pool, std::span<const SequenceInput> batch);
