@@ -377,32 +377,60 @@ TEST(ToolGrammar, AcceptsExactlyValidCalls) {
   EXPECT_EQ(ordered_json::parse(o.calls[1].arguments), ordered_json::parse(R"({"zone": "UTC"})"));
 }
 
-// OpenAI-shaped history (arguments as a JSON string, null content) rendered by real templates gives
-// exactly what jinja2 renders for the transformers-shaped conversation (arguments as objects).
-TEST(ToolPrompt, OpenAiHistoryMatchesJinja2) {
-  const ordered_json& ref = reference();
-  ordered_json wire = ref["message_sets"]["tool_use"];
+namespace {
+// A reference conversation as an OpenAI client sends it: arguments as JSON strings, null content.
+ordered_json wire_messages(const std::string& set) {
+  ordered_json wire = reference()["message_sets"][set];
   for (auto& m : wire)
     if (m.contains("tool_calls")) {
       m["content"] = nullptr;
       for (auto& c : m["tool_calls"]) c["function"]["arguments"] = c["function"]["arguments"].dump();
     }
+  return wire;
+}
+
+std::string render(const std::string& tmpl, const ToolPrompt& tp, const ordered_json& ref_case) {
+  graft::text::ChatTemplateOptions o;
+  o.add_generation_prompt = ref_case["add_generation_prompt"].get<bool>();
+  o.bos_token = ref_case["bos_token"].get<std::string>();
+  o.eos_token = ref_case["eos_token"].get<std::string>();
+  o.extra_context = tp.extra_context;
+  return graft::text::ChatTemplate(template_source(tmpl)).render_json(tp.messages, o);
+}
+}  // namespace
+
+// OpenAI-shaped history (arguments as a JSON string, null content) rendered by real templates gives
+// exactly what jinja2 renders for the transformers-shaped conversation (arguments as objects).
+TEST(ToolPrompt, OpenAiHistoryMatchesJinja2) {
   int checked = 0;
-  for (const auto& c : ref["cases"]) {
-    if (c["messages"] != "tool_use" || !c.contains("extra") || !c["add_generation_prompt"].get<bool>()) continue;
-    const std::string name = c["template"].get<std::string>();
-    if (name != "qwen2_5" && name != "llama3_1") continue;
-    if (c["extra"].size() != 1 || !c["extra"].contains("tools")) continue;
-    SCOPED_TRACE(name);
-    const std::string src = template_source(name);
-    ordered_json body{{"tools", c["extra"]["tools"]}};
-    const auto tr = parse_tool_request(body, tool_style_of(src));
-    const ToolPrompt tp = tool_prompt(wire, &*tr, tool_style_of(src));
+  for (const auto& c : reference()["cases"]) {
+    const std::string set = c["messages"].get<std::string>(), name = c["template"].get<std::string>();
+    if ((set != "tool_use" && set != "tool_use_parallel") || !c.contains("extra") || !c.contains("expected")) continue;
+    if ((name != "qwen2_5" && name != "llama3_1") || c["extra"].size() != 1 || !c["extra"].contains("tools")) continue;
+    SCOPED_TRACE(name + " / " + set);
+    const ToolStyle style = tool_style_of(template_source(name));
+    const auto tr = parse_tool_request(ordered_json{{"tools", c["extra"]["tools"]}}, style);
+    const ToolPrompt tp = tool_prompt(wire_messages(set), &*tr, style);
+    ASSERT_FALSE(tp.extra_context.is_null());
+    EXPECT_EQ(render(name, tp, c), c["expected"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);  // qwen2_5 x 2 sets, llama3_1 x 1, each with and without the generation prompt
+}
+
+// The generic fallback writes tools and history in Qwen 2.5's own words: the plain ChatML template
+// (Qwen 2's, which knows no tools) given the generic prompt renders exactly what jinja2 renders with
+// Qwen 2.5's tool template.
+TEST(ToolPrompt, GenericFallbackMatchesQwen25RenderedByJinja2) {
+  int checked = 0;
+  for (const auto& c : reference()["cases"]) {
+    if (c["template"] != "qwen2_5" || c["messages"] != "tool_use_parallel" || !c.contains("expected")) continue;
+    const auto tr = parse_tool_request(ordered_json{{"tools", c["extra"]["tools"]}}, ToolStyle::Generic);
+    const ToolPrompt tp = tool_prompt(wire_messages("tool_use_parallel"), &*tr, ToolStyle::Generic);
     graft::text::ChatTemplateOptions o;
-    o.bos_token = c["bos_token"].get<std::string>();
-    o.eos_token = c["eos_token"].get<std::string>();
-    o.extra_context = tp.extra_context;
-    EXPECT_EQ(graft::text::ChatTemplate(src).render_json(tp.messages, o), c["expected"].get<std::string>());
+    o.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+    EXPECT_EQ(graft::text::ChatTemplate(template_source("qwen2")).render_json(tp.messages, o),
+              c["expected"].get<std::string>());
     ++checked;
   }
   EXPECT_EQ(checked, 2);
