@@ -325,6 +325,11 @@ const char* finish_reason(engine::StopReason r) {
   }
 }
 
+const char* finish_reason(engine::StopReason r, bool has_tool_calls) {
+  const char* plain = finish_reason(r);
+  return has_tool_calls && std::string_view(plain) != "length" ? "tool_calls" : plain;
+}
+
 json timings_json(const JobEvent& f) {
   const int64_t prompt_n = f.prompt_tokens - f.tokens_cached;
   auto per = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
@@ -493,7 +498,7 @@ json oai_response(const std::vector<Completed>& cs, const CompletionRequest& req
       choices.push_back(json{{"index", i},
                              {"message", tool_message(out, {})},
                              {"logprobs", lp},
-                             {"finish_reason", out.calls.empty() ? finish_reason(c.final.reason) : "tool_calls"}});
+                             {"finish_reason", finish_reason(c.final.reason, !out.calls.empty())}});
     } else if (route == Route::OaiChat)
       choices.push_back(json{{"index", i},
                              {"message", json{{"role", "assistant"}, {"content", c.text}}},

@@ -87,6 +87,8 @@ json completion_stream_chunk(const JobEvent& e, const text::Tokenizer& tok);
 json completion_stream_final(const Completed& c, const CompletionRequest& req, const text::Tokenizer& tok,
                              const std::string& model_name);
 const char* finish_reason(engine::StopReason r);
+// With tools: "tool_calls" when the answer holds a call and was not cut by a limit ("length" then).
+const char* finish_reason(engine::StopReason r, bool has_tool_calls);
 // OpenAI's logprobs object for `tokens` (chat: {content: [{token, logprob, bytes, top_logprobs}]};
 // completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}, with
 // text_offset counted from and advancing `text_offset`, in bytes). logprob: log softmax of the raw

@@ -262,7 +262,7 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
             if (!write(sse(completion_stream_final(done, ss->req, *tok, model)))) return false;
           } else if (tools) {
             if (!write_deltas(tools->finish(), nullptr)) return false;
-            const char* why = tools->has_calls() ? "tool_calls" : finish_reason(e.reason);
+            const char* why = finish_reason(e.reason, tools->has_calls());
             if (!write(sse(oai_chat_delta_chunk(ss->id, created, model, json::object(), index, nullptr, why)))) return false;
           } else if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, finish_reason(e.reason), false,
                                           index)))) {
