@@ -598,6 +598,19 @@ M = {
          "content": "{\"temperature\": 21, \"unit\": \"celsius\"}"},
         {"role": "assistant", "content": "It is 21 °C in Paris."},
     ],
+    # Two calls in one turn and their two results (graft's server turns OpenAI's string arguments
+    # into these objects before rendering: tests/server/tool_calls_test.cpp).
+    "tool_use_parallel": [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": "Weather in Paris and in Tokyo?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "call_a", "type": "function",
+                         "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+                        {"id": "call_b", "type": "function",
+                         "function": {"name": "get_weather", "arguments": {"city": "Tokyo", "unit": "celsius"}}}]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "21"},
+        {"role": "tool", "tool_call_id": "call_b", "content": "18"},
+    ],
 }
 
 TOOLS = [{"type": "function", "function": {
@@ -612,6 +625,7 @@ EXTRA_CASES = [
     ("qwen2_5", "tool_use", {"tools": TOOLS}),
     ("qwen2_5", "system_user", {"tools": TOOLS}),
     ("qwen2_5", "tool_use", {}),
+    ("qwen2_5", "tool_use_parallel", {"tools": TOOLS}),
     ("llama3_1", "tool_use", {"tools": TOOLS}),
     ("llama3_1", "system_multi_turn", {"tools": TOOLS, "date_string": "01 Jan 2025"}),
     ("llama3_1", "tool_use", {"tools": TOOLS, "tools_in_user_message": False}),

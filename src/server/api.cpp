@@ -102,9 +102,16 @@ json chat_messages(const json& b) {
   return out;
 }
 
-void refuse_unimplemented(const json& b) {
-  if (const json* v = find_field(b, "tools"); v && !(v->is_array() && v->empty()))
-    fail_as(ErrorKind::kUnsupported, "field 'tools' is not supported");
+void refuse_unimplemented(const json& b, Route route) {
+  // OpenAI's deprecated functions API (no peer serves it either): tools say the same.
+  for (const char* f : {"functions", "function_call"})
+    if (find_field(b, f))
+      fail_as(ErrorKind::kUnsupported, "field '", f, "' (OpenAI's deprecated functions API) is not supported; use "
+                                       "'tools' and 'tool_choice'");
+  if (route == Route::OaiChat) return;
+  for (const char* f : {"tools", "tool_choice", "parallel_tool_calls"})
+    if (const json* v = find_field(b, f); v && !(v->is_array() && v->empty()))
+      fail_as(ErrorKind::kBadRequest, "field '", f, "' is only taken by /v1/chat/completions");
 }
 
 // A bias value: a number in [-100, 100] (OpenAI's range), or false for -inf (llama-server's ban).
@@ -215,10 +222,18 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
                                            const text::ChatPrompt* chat, const std::vector<int32_t>& eos_ids) {
   if (!b.is_object()) fail_as(ErrorKind::kBadRequest, "the request body must be a JSON object");
   CompletionRequest r;
-  if (route != Route::Completion) refuse_unimplemented(b);
+  if (route != Route::Completion) refuse_unimplemented(b, route);
+  std::shared_ptr<const engine::Grammar> tool_grammar;
   if (route == Route::OaiChat) {
     if (!chat) fail_as(ErrorKind::kUnsupported, "this model has no chat template; use /v1/completions");
-    r.prompt = chat->encode(chat_messages(b));
+    const ToolStyle style = tool_style_of(chat->source());
+    const std::optional<ToolRequest> tools = parse_tool_request(b, style);
+    const ToolPrompt tp = tool_prompt(chat_messages(b), tools ? &*tools : nullptr, style);
+    r.prompt = chat->encode(tp.messages, /*add_generation_prompt=*/true, tp.extra_context);
+    if (tools && tools->parses()) {
+      r.tools = std::make_shared<const ToolRequest>(*tools);
+      tool_grammar = tool_call_grammar(*tools);
+    }
   } else {
     r.prompt = prompt_tokens(b, tok);
   }
@@ -280,6 +295,12 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
   }
   if (const json* l = find_field(b, "lora")) r.lora = parse_lora_list(*l, "lora");
   p.grammar = request_grammar(b);
+  if (tool_grammar) {
+    if (p.grammar)
+      fail_as(ErrorKind::kBadRequest, "field 'tool_choice' (required or a named function) constrains the output to a "
+                                      "tool call: it excludes 'grammar', 'json_schema' and 'response_format'");
+    p.grammar = std::move(tool_grammar);
+  }
   return r;
 }
 
@@ -308,6 +329,11 @@ const char* finish_reason(engine::StopReason r) {
     case engine::StopReason::ContextFull: return "length";
     default: return "stop";
   }
+}
+
+const char* finish_reason(engine::StopReason r, bool has_tool_calls) {
+  const char* plain = finish_reason(r);
+  return has_tool_calls && std::string_view(plain) != "length" ? "tool_calls" : plain;
 }
 
 json timings_json(const JobEvent& f) {
@@ -473,7 +499,13 @@ json oai_response(const std::vector<Completed>& cs, const CompletionRequest& req
     json lp = nullptr;
     int64_t offset = 0;
     if (req.logprobs) lp = oai_logprobs(route, c.tokens, c.probs, c.token_probs, req.top_logprobs, tok, offset);
-    if (route == Route::OaiChat)
+    if (route == Route::OaiChat && req.tools) {
+      const ParsedOutput out = parse_tool_output(req.tools->style, c.text, /*final=*/true, req.tools->max_calls());
+      choices.push_back(json{{"index", i},
+                             {"message", tool_message(out, {})},
+                             {"logprobs", lp},
+                             {"finish_reason", finish_reason(c.final.reason, !out.calls.empty())}});
+    } else if (route == Route::OaiChat)
       choices.push_back(json{{"index", i},
                              {"message", json{{"role", "assistant"}, {"content", c.text}}},
                              {"logprobs", lp},
@@ -507,6 +539,20 @@ json oai_chunk(Route route, const std::string& id, int64_t created, const std::s
   choice["finish_reason"] = finish ? json(finish) : json(nullptr);
   return json{{"id", id},
               {"object", route == Route::OaiChat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"system_fingerprint", "graft-0.1.0"},
+              {"choices", json::array({choice})}};
+}
+
+json oai_chat_delta_chunk(const std::string& id, int64_t created, const std::string& model, json delta, int index,
+                          json logprobs, const char* finish) {
+  json choice{{"index", index},
+              {"delta", std::move(delta)},
+              {"logprobs", std::move(logprobs)},
+              {"finish_reason", finish ? json(finish) : json(nullptr)}};
+  return json{{"id", id},
+              {"object", "chat.completion.chunk"},
               {"created", created},
               {"model", model},
               {"system_fingerprint", "graft-0.1.0"},

@@ -16,6 +16,7 @@
 #include "graft/text/chat_prompt.h"
 #include "graft/text/tokenizer.h"
 #include "server/job.h"
+#include "server/tool_calls.h"
 
 namespace graft::server {
 
@@ -34,6 +35,8 @@ struct CompletionRequest {
   int32_t n = 1;               // OpenAI `n`: choices, each its own sequence (seed, seed + 1, ...)
   bool logprobs = false;       // OpenAI logprobs (chat `logprobs: true`, completions `logprobs: k`)
   int32_t top_logprobs = 0;    // chat `top_logprobs`, completions `logprobs`
+  // Chat with `tools` (and tool_choice other than none): the output is parsed into tool_calls.
+  std::shared_ptr<const ToolRequest> tools;
 };
 
 // The grammar a request's `grammar`, `json_schema` or `response_format` asks for (none: nullptr).
@@ -92,6 +95,8 @@ json completion_stream_chunk(const JobEvent& e, const text::Tokenizer& tok);
 json completion_stream_final(const Completed& c, const CompletionRequest& req, const text::Tokenizer& tok,
                              const std::string& model_name);
 const char* finish_reason(engine::StopReason r);
+// With tools: "tool_calls" when the answer holds a call and was not cut by a limit ("length" then).
+const char* finish_reason(engine::StopReason r, bool has_tool_calls);
 // OpenAI's logprobs object for `tokens` (chat: {content: [{token, logprob, bytes, top_logprobs}]};
 // completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}, with
 // text_offset counted from and advancing `text_offset`, in bytes). logprob: log softmax of the raw
@@ -103,6 +108,9 @@ json oai_response(const std::vector<Completed>& choices, const CompletionRequest
                   Route route, const std::string& id, int64_t created, const std::string& model);
 json oai_chunk(Route route, const std::string& id, int64_t created, const std::string& model, const std::string* text,
                const char* finish, bool role, int index = 0, json logprobs = nullptr);
+// A chat chunk with any `delta` (content or tool_calls pieces) and an optional finish_reason.
+json oai_chat_delta_chunk(const std::string& id, int64_t created, const std::string& model, json delta, int index,
+                          json logprobs = nullptr, const char* finish = nullptr);
 json oai_usage_chunk(const std::vector<Completed>& choices, Route route, const std::string& id, int64_t created,
                      const std::string& model);
 

@@ -78,6 +78,7 @@ struct StreamState {
   Route route;
   std::vector<Completed> done;
   std::vector<int64_t> offsets;  // completions logprobs' text_offset, per choice
+  std::vector<ToolCallStream> tool_streams;  // chat with tools: per choice, its text parsed as it comes
   std::string id;
   int finals = 0;
   bool role_sent = false, finished = false;
@@ -182,6 +183,8 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
   ss->id = id;
   ss->done.resize(jobs.size());
   ss->offsets.assign(jobs.size(), 0);
+  if (ss->req.tools)
+    ss->tool_streams.assign(jobs.size(), ToolCallStream(ss->req.tools->style, ss->req.tools->max_calls()));
   const int64_t created = std::time(nullptr);
   const text::Tokenizer* tok = &eng.tokenizer();
   res.set_header("Cache-Control", "no-cache");
@@ -220,7 +223,23 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
         Completed& done = ss->done.at(static_cast<size_t>(index));
         const bool last = e.final;
         if (last) done.final = e;
-        if (!e.text.empty() || !e.tokens.empty()) {
+        auto write_deltas = [&](std::vector<json> deltas, json lp) {
+          if (deltas.empty() && !lp.is_null()) deltas.push_back(json::object());
+          for (size_t k = 0; k < deltas.size(); ++k)
+            if (!write(sse(oai_chat_delta_chunk(ss->id, created, model, std::move(deltas[k]), index,
+                                                k == 0 ? std::move(lp) : json(nullptr)))))
+              return false;
+          return true;
+        };
+        ToolCallStream* tools = ss->tool_streams.empty() ? nullptr : &ss->tool_streams.at(static_cast<size_t>(index));
+        if (tools && (!e.text.empty() || !e.tokens.empty())) {
+          json lp = nullptr;
+          if (ss->req.logprobs)
+            lp = oai_logprobs(ss->route, e.tokens, e.probs, e.token_probs, ss->req.top_logprobs, *tok,
+                              ss->offsets[static_cast<size_t>(index)]);
+          accumulate(done, e);
+          if (!write_deltas(tools->feed(e.text), std::move(lp))) return false;
+        } else if (!e.text.empty() || !e.tokens.empty()) {
           json chunk;
           if (ss->route == Route::Completion) {
             chunk = completion_stream_chunk(e, *tok);
@@ -240,6 +259,10 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
           ++ss->finals;
           if (ss->route == Route::Completion) {
             if (!write(sse(completion_stream_final(done, ss->req, *tok, model)))) return false;
+          } else if (tools) {
+            if (!write_deltas(tools->finish(), nullptr)) return false;
+            const char* why = finish_reason(e.reason, tools->has_calls());
+            if (!write(sse(oai_chat_delta_chunk(ss->id, created, model, json::object(), index, nullptr, why)))) return false;
           } else if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, finish_reason(e.reason), false,
                                           index)))) {
             return false;

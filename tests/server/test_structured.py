@@ -176,7 +176,8 @@ def test_refusals_name_the_field(srv, body, fragment):
     assert srv.get("/health").status_code == 200
 
 
-def test_tools_are_still_refused(srv):
-    r = srv.post("/v1/chat/completions", {"messages": CHAT, "tools": [{"type": "function",
-                                                                        "function": {"name": "f", "parameters": {}}}]})
-    assert r.status_code == 501 and "tools" in r.json()["error"]["message"], r.text
+def test_required_tool_call_excludes_response_format(srv):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    r = srv.post("/v1/chat/completions", {"messages": CHAT, "tools": tools, "tool_choice": "required",
+                                          "response_format": {"type": "json_object"}})
+    assert r.status_code == 400 and "'tool_choice'" in r.json()["error"]["message"], r.text
