@@ -9,7 +9,8 @@ Developer tool (not run by CI). For each NAME in MODELS writes tests/fixtures/mo
                             of the converted file. The one difference: a GGUF file has no
                             query_pre_attn_scalar and llama.cpp scales attention by 1/sqrt(head_dim)
                             (hidden/heads for the 27B models), so the reference runs the checkpoint
-                            with query_pre_attn_scalar = head_dim. Logits from llama.cpp itself
+                            with query_pre_attn_scalar = head_dim, and for Gemma 3 the layer types
+                            llama.cpp derives (every 6th layer global). Logits from llama.cpp itself
                             would need a llama.cpp build; these are transformers' for the same weights.
 
 Usage: python3 tools/gen_family_gguf_fixtures.py LLAMA_CPP_DIR
@@ -39,6 +40,11 @@ def main():
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cfg = AutoConfig.from_pretrained(src)
         cfg.query_pre_attn_scalar = cfg.head_dim
+        if cfg.model_type == "gemma3_text":
+            # The converter writes no layer pattern: llama.cpp makes every 6th layer global
+            # (set_swa_pattern(6)), so this 3-layer file is local, local, local.
+            cfg.layer_types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                               for i in range(cfg.num_hidden_layers)]
         m = AutoModelForCausalLM.from_pretrained(src, config=cfg, dtype=torch.float32, attn_implementation="eager").eval()
         with open(os.path.join(src, "reference.json")) as f:
             prompts = json.load(f)["prompts"]

@@ -122,7 +122,8 @@ TEST_P(ReferenceModel, BatchedSequencesEqualSeparateRuns) {
 
 // Gemma from GGUF: the tiny checkpoints converted by llama.cpp's convert_hf_to_gguf.py (norms
 // stored as 1 + w, llama.cpp's tensor names and metadata keys) against transformers' logits for the
-// same weights with query_pre_attn_scalar = head_dim, llama.cpp's rule for files that carry none
+// same weights with query_pre_attn_scalar = head_dim, llama.cpp's rule for files that carry none,
+// and (Gemma 3) every 6th layer global, the layer pattern llama.cpp assumes
 // (tools/gen_family_gguf_fixtures.py). Same 1e-4 tolerance as above (F32 both sides).
 TEST(ReferenceModelGemma, GgufMatchesTransformers) {
   ThreadPool pool(2);
