@@ -98,6 +98,24 @@ MODELS = [
     dict(name="qwen3_bf16", arch="qwen3", tok="tiny_bpe", dtype="bf16", tied=True,
          cfg=dict(rope_theta=1000000.0, rms_norm_eps=1e-6, head_dim=32, attention_bias=False,
                   use_sliding_window=False, sliding_window=None), style="v5"),
+    # Gemma 2: soft-caps small enough to bend these logits (scores ~1-5, logits up to ~10; the real
+    # 50 / 30 would leave them untouched and the test could not fail), a sliding window of 4 (the
+    # long prompt has > 20 tokens, so layer 0 really drops positions), query_pre_attn_scalar 24
+    # != head_dim 16 (the scale differs from 1/sqrt(head_dim)), 3 layers (local, global, local).
+    dict(name="gemma2_f32", arch="gemma2", tok="tiny_bpe", dtype="f32", tied=True,
+         cfg=dict(rope_theta=10000.0, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+                  hidden_activation="gelu_pytorch_tanh", num_hidden_layers=3, query_pre_attn_scalar=24,
+                  attn_logit_softcapping=2.0, final_logit_softcapping=10.0, sliding_window=4),
+         style="v5", chat_template="gemma.jinja"),
+    # Gemma 3 (text): q/k norms, layers local, global, local with the local RoPE base 10000 and the
+    # global one 1e6 with linear scaling 2 (as the 4B+ checkpoints scale their global layers).
+    dict(name="gemma3_f32", arch="gemma3_text", tok="tiny_bpe", dtype="f32", tied=True,
+         cfg=dict(rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+                  num_hidden_layers=3, query_pre_attn_scalar=24, sliding_window=4,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                  rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+         style="v5", chat_template="gemma.jinja"),
 ]
 
 # Prompt texts per tokenizer.  Prompt 1 is the long one (> 20 tokens with either tokenizer).
@@ -127,13 +145,13 @@ def dump_json(obj, path):
 def config_class(arch):
     import transformers as T
     return {"llama": T.LlamaConfig, "mistral": T.MistralConfig, "qwen2": T.Qwen2Config,
-            "qwen3": T.Qwen3Config}[arch]
+            "qwen3": T.Qwen3Config, "gemma2": T.Gemma2Config, "gemma3_text": T.Gemma3TextConfig}[arch]
 
 
 def model_class(arch):
     import transformers as T
     return {"llama": T.LlamaForCausalLM, "mistral": T.MistralForCausalLM, "qwen2": T.Qwen2ForCausalLM,
-            "qwen3": T.Qwen3ForCausalLM}[arch]
+            "qwen3": T.Qwen3ForCausalLM, "gemma2": T.Gemma2ForCausalLM, "gemma3_text": T.Gemma3ForCausalLM}[arch]
 
 
 def tokenizer_info(tok_name):
@@ -180,7 +198,9 @@ def randomize(model, seed):
     g = torch.Generator().manual_seed(seed)
     for name, p in sorted(model.named_parameters()):
         if name.endswith("norm.weight"):  # input/post-attention/final RMSNorm, qwen3 q_norm/k_norm
-            p.copy_(1.0 + NORM_JITTER * torch.randn(p.shape, generator=g))
+            # Gemma's RMSNorm multiplies by (1 + w): jitter w around 0 for the same effective weights.
+            offset = 0.0 if model.config.model_type.startswith("gemma") else 1.0
+            p.copy_(offset + NORM_JITTER * torch.randn(p.shape, generator=g))
         else:  # embeddings, projections, lm_head, qwen2 q/k/v biases
             p.copy_(INIT_STD * torch.randn(p.shape, generator=g))
 
@@ -359,6 +379,9 @@ def make_one(spec, out_root, verbose=True):
             shutil.copy(os.path.join(tmp, fn), os.path.join(dst, fn))
         for fn in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(TOK_DIR, spec["tok"], fn), os.path.join(dst, fn))
+        if spec.get("chat_template"):  # transformers 5's separate chat_template.jinja
+            shutil.copy(os.path.join(REPO, "tests", "fixtures", "chat_templates", spec["chat_template"]),
+                        os.path.join(dst, "chat_template.jinja"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

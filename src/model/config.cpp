@@ -1,5 +1,6 @@
 #include "graft/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -56,12 +57,33 @@ std::vector<int32_t> int_or_list(const json& v, const char* key, const std::stri
   return out;
 }
 
-// rope_scaling (transformers <= 4.x) or rope_parameters (5.x) -> RopeScaling, theta.
-void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
+// rope_scaling (transformers <= 4.x) or rope_parameters (5.x) -> RopeScaling, theta. transformers
+// 5 keys rope_parameters by layer type where the layer types differ (Gemma 3: "full_attention",
+// "sliding_attention"); the sliding layers' entry is the local base, default rope only.
+void parse_rope(const json& j, const std::string& path, const FamilyTraits& fam, ModelConfig& c) {
   if (auto t = optional_number(j, "rope_theta", path)) c.rope_theta = *t;
+  if (fam.local_rope_base) c.rope_local_theta = optional_number(j, "rope_local_base_freq", path).value_or(10000.0);
+  else if (j.contains("rope_local_base_freq"))
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': rope_local_base_freq is not supported for ", c.model_type);
   const json* rs = nullptr;
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) rs = &j["rope_scaling"];
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rs = &j["rope_parameters"];
+  if (rs && rs->is_object() && (rs->contains("full_attention") || rs->contains("sliding_attention"))) {
+    const json* global = rs->contains("full_attention") ? &(*rs)["full_attention"] : nullptr;
+    const json* local = rs->contains("sliding_attention") ? &(*rs)["sliding_attention"] : nullptr;
+    if (local && !local->is_object()) fail("config '", path, "': rope_parameters.sliding_attention is not an object");
+    if (local && global && *local != *global) {
+      if (!fam.local_rope_base)
+        fail_as(ErrorKind::kUnsupported, "config '", path, "': rope_parameters differ between full_attention and ",
+                "sliding_attention layers, which is not supported for ", c.model_type);
+      const std::string lt = local->value("rope_type", std::string("default"));
+      if (lt != "default")
+        fail_as(ErrorKind::kUnsupported, "config '", path, "': rope_parameters.sliding_attention.rope_type '", lt,
+                "' is not supported (supported: default)");
+      if (auto t = optional_number(*local, "rope_theta", path)) c.rope_local_theta = *t;
+    }
+    rs = global ? global : local;
+  }
   if (!rs) return;
   if (!rs->is_object()) fail("config '", path, "': rope_scaling is not an object");
   if (auto t = optional_number(*rs, "rope_theta", path)) c.rope_theta = *t;
@@ -83,8 +105,8 @@ void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
     if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
       fail("config '", path, "': llama3 rope scaling needs high_freq_factor > low_freq_factor");
   } else {
-    fail_as(ErrorKind::kUnsupported, "config '", path, "': rope scaling type '", type,
-         "' is not supported (supported: default, linear, llama3); refusing to approximate it");
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': rope scaling type '", type, "' is not supported for ",
+         c.model_type, " (supported: default, linear, llama3); refusing to approximate it");
   }
 }
 
@@ -138,7 +160,89 @@ std::optional<QuantizationConfig> parse_quantization(const json& j, const std::s
   return out;
 }
 
+
+// The operations a family row names, with their config.json fields; a field whose family does not
+// run that operation is refused by name (its value would change the math).
+void parse_family_operations(const json& j, const std::string& path, const FamilyTraits& fam, ModelConfig& c) {
+  // Gemma reads hidden_activation (hidden_act is an older alias some of its configs carry too).
+  const char* act_key = j.contains("hidden_activation") && !j["hidden_activation"].is_null() ? "hidden_activation"
+                                                                                               : "hidden_act";
+  c.activation = fam.default_activation;
+  if (j.contains(act_key) && !j[act_key].is_null()) {
+    if (j[act_key] == "silu") c.activation = Activation::Silu;
+    else if (j[act_key] == "gelu_pytorch_tanh") c.activation = Activation::GeluTanh;
+    else
+      fail_as(ErrorKind::kUnsupported, "config '", path, "': ", act_key, " '", io::json_excerpt(j[act_key]),
+              "' is not supported for ", c.model_type, " (supported: silu, gelu_pytorch_tanh)");
+  }
+  c.norm_weight_offset = fam.norm_plus_one ? 1.0f : 0.0f;
+  c.scale_embeddings = fam.scale_embeddings;
+  c.sandwich_norms = fam.sandwich_norms;
+  auto family_number = [&](const char* key, bool supported) -> std::optional<double> {
+    auto v = optional_number(j, key, path);
+    if (v && !supported)
+      fail_as(ErrorKind::kUnsupported, "config '", path, "': ", key, " is not supported for ", c.model_type,
+              " (graft runs it for the Gemma families only)");
+    if (v && !(std::isfinite(*v) && *v > 0))
+      fail("config '", path, "': ", key, " is ", *v, "; expected a finite number > 0");
+    return v;
+  };
+  c.attn_logit_softcap = family_number("attn_logit_softcapping", fam.softcapping);
+  c.final_logit_softcap = family_number("final_logit_softcapping", fam.softcapping);
+  c.query_pre_attn_scalar = family_number("query_pre_attn_scalar", fam.query_pre_attn_scalar);
+  if (optional_bool(j, "use_bidirectional_attention", path).value_or(false))
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': use_bidirectional_attention: true is not supported for ",
+            c.model_type, " (graft runs causal attention only)");
+}
+
+// sliding_window and the layers it applies to: every layer (Mistral, Phi-3), alternating local and
+// global layers (Gemma: layer_types, else the family's pattern), or none (Qwen's
+// use_sliding_window is refused).
+void parse_sliding_window(const json& j, const std::string& path, const FamilyTraits& fam, ModelConfig& c) {
+  const bool has_types = j.contains("layer_types") && j["layer_types"].is_array();
+  if (fam.global_every > 0) {
+    c.sliding_window = optional_int(j, "sliding_window", path);
+    int64_t every = fam.global_every;
+    if (auto p = optional_int(j, "sliding_window_pattern", path)) every = *p;
+    if (every <= 0) fail("config '", path, "': sliding_window_pattern ", every, " must be positive");
+    c.sliding_layers.assign(static_cast<size_t>(c.num_layers), false);
+    if (has_types) {
+      const json& t = j["layer_types"];
+      if (static_cast<int64_t>(t.size()) != c.num_layers)
+        fail("config '", path, "': layer_types has ", t.size(), " entries; expected num_hidden_layers = ", c.num_layers);
+      for (size_t i = 0; i < t.size(); ++i) {
+        if (t[i] == "sliding_attention") c.sliding_layers[i] = true;
+        else if (t[i] != "full_attention")
+          fail_as(ErrorKind::kUnsupported, "config '", path, "': layer type ", io::json_excerpt(t[i]),
+                  " is not supported for ", c.model_type, " (supported: sliding_attention, full_attention)");
+      }
+    } else {
+      for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = (i + 1) % every != 0;
+    }
+    const bool any = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end();
+    if (any && !c.sliding_window)
+      fail("config '", path, "': sliding_attention layers need a sliding_window, and config.json has none");
+    return;
+  }
+  if (fam.sliding_all_layers) {
+    c.sliding_window = optional_int(j, "sliding_window", path);
+  } else if (optional_bool(j, "use_sliding_window", path).value_or(false)) {
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': use_sliding_window: true is not supported for ", c.model_type);
+  }
+  if (has_types)
+    for (const auto& t : j["layer_types"])
+      if (t != "full_attention")
+        fail_as(ErrorKind::kUnsupported, "config '", path, "': layer type ", io::json_excerpt(t),
+                " is not supported for ", c.model_type, " (supported: full_attention)");
+}
+
 }  // namespace
+
+float ModelConfig::attention_scale() const {
+  // transformers: scaling = query_pre_attn_scalar ** -0.5 (a Python float, applied in F32).
+  if (query_pre_attn_scalar) return static_cast<float>(std::pow(*query_pre_attn_scalar, -0.5));
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
 
 std::optional<QuantSpec> QuantizationConfig::spec_for(const std::string& module) const {
   auto it = overrides.find(module);
@@ -166,7 +270,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
   c.tie_word_embeddings = optional_bool(j, "tie_word_embeddings", path).value_or(fam.default_tie);
   c.attention_bias = optional_bool(j, "attention_bias", path).value_or(false) || fam.attention_bias;
   c.qk_norm = fam.qk_norm;
-  parse_rope(j, path, c);
+  parse_rope(j, path, fam, c);
 
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
     fail("config '", path, "': num_attention_heads ", c.num_heads, " is not a multiple of num_key_value_heads ",
@@ -174,21 +278,20 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) fail("config '", path, "': head_dim ", c.head_dim, " must be even");
 
   // Fields that change the math: accept only the values graft implements.
-  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
-    fail_as(ErrorKind::kUnsupported, "config '", path, "': hidden_act '", io::json_excerpt(j["hidden_act"]), "' is not supported (supported: silu)");
+  parse_family_operations(j, path, fam, c);
   if (optional_bool(j, "mlp_bias", path).value_or(false))
     fail_as(ErrorKind::kUnsupported, "config '", path, "': mlp_bias: true is not supported");
-  if (auto p = optional_number(j, "partial_rotary_factor", path); p && *p != 1.0)
-    fail_as(ErrorKind::kUnsupported, "config '", path, "': partial_rotary_factor ", *p, " is not supported (only 1.0)");
-  if (c.model_type == "mistral") {
-    c.sliding_window = optional_int(j, "sliding_window", path);
-  } else if (optional_bool(j, "use_sliding_window", path).value_or(false)) {
-    fail_as(ErrorKind::kUnsupported, "config '", path, "': use_sliding_window: true is not supported for ", c.model_type);
+  if (auto p = optional_number(j, "partial_rotary_factor", path); p && *p != 1.0) {
+    if (!fam.partial_rotary)
+      fail_as(ErrorKind::kUnsupported, "config '", path, "': partial_rotary_factor ", *p, " is not supported for ",
+              c.model_type, " (only 1.0)");
+    const double dims = static_cast<double>(c.head_dim) * *p;
+    c.rotary_dim = static_cast<int64_t>(dims);
+    if (!(*p > 0 && *p < 1) || c.rotary_dim <= 0 || c.rotary_dim % 2 != 0 || static_cast<double>(c.rotary_dim) != dims)
+      fail("config '", path, "': partial_rotary_factor ", *p, " times head_dim ", c.head_dim,
+           " must give a positive even number of rotary dimensions below head_dim");
   }
-  if (j.contains("layer_types") && j["layer_types"].is_array())
-    for (const auto& t : j["layer_types"])
-      if (t != "full_attention")
-        fail_as(ErrorKind::kUnsupported, "config '", path, "': layer type ", io::json_excerpt(t), " is not supported (supported: full_attention)");
+  parse_sliding_window(j, path, fam, c);
 
   if (j.contains("eos_token_id")) c.eos_token_ids = int_or_list(j["eos_token_id"], "eos_token_id", path);
   if (j.contains("bos_token_id")) {
@@ -241,18 +344,27 @@ void validate_config(const ModelConfig& c, const std::string& where) {
   for (float d : c.rope_freq_divisors)
     check_positive_finite(where, "a rope frequency factor (rope_freqs.weight)", d);
   if (c.sliding_window) check_range(where, "sliding_window", *c.sliding_window, 1, int64_t{1} << 30);
+  if (!c.sliding_layers.empty() && static_cast<int64_t>(c.sliding_layers.size()) != c.num_layers)
+    fail(where, ": ", c.sliding_layers.size(), " layer types for ", c.num_layers, " layers");
+  if (c.rope_local_theta) check_positive_finite(where, "rope_local_base_freq (GGUF rope.freq_base_swa)", *c.rope_local_theta);
+  if (c.rotary_dim != 0) check_range(where, "rotary dimensions (partial_rotary_factor x head_dim)", c.rotary_dim, 2, c.head_dim);
+  for (auto v : {c.attn_logit_softcap, c.final_logit_softcap, c.query_pre_attn_scalar})
+    if (v) check_positive_finite(where, "a soft-capping value or query_pre_attn_scalar", *v);
   for (int32_t id : c.eos_token_ids) check_range(where, "eos_token_id", id, 0, c.vocab_size - 1);
   if (c.bos_token_id) check_range(where, "bos_token_id", *c.bos_token_id, 0, c.vocab_size - 1);
 }
 
-std::vector<float> rope_inv_freq(const ModelConfig& c) {
-  const int64_t half = c.head_dim / 2;
+std::vector<float> rope_inv_freq(const ModelConfig& c, bool local) {
+  const int64_t dims = c.rope_dims(), half = dims / 2;
+  local = local && c.rope_local_theta;
+  const double theta = local ? *c.rope_local_theta : c.rope_theta;
   std::vector<float> inv(static_cast<size_t>(half));
   // transformers computes these in float32: base ** (float32(2i) / dim).
   for (int64_t i = 0; i < half; ++i) {
-    float expo = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
-    inv[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), expo);
+    float expo = static_cast<float>(2 * i) / static_cast<float>(dims);
+    inv[i] = 1.0f / std::pow(static_cast<float>(theta), expo);
   }
+  if (local) return inv;  // Gemma 3's local layers: default rope, no scaling
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeScalingType::Linear) {
     for (auto& f : inv) f = static_cast<float>(f / s.factor);

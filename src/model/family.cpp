@@ -5,12 +5,30 @@
 namespace graft::model {
 
 const std::vector<FamilyTraits>& families() {
-  // model_type, attention_bias, qk_norm, default_tie, gguf_permuted_qk, gguf_arch, tied_embedding_adapters
   static const std::vector<FamilyTraits> kFamilies = {
-      {"llama", false, false, false, true, "llama", true},
-      {"mistral", false, false, false, true, "llama", true},
-      {"qwen2", true, false, false, false, "qwen2", true},
-      {"qwen3", false, true, true, false, "qwen3", true},
+      {.model_type = "llama", .attention_bias = false, .qk_norm = false, .default_tie = false,
+       .gguf_permuted_qk = true, .gguf_arch = "llama", .tied_embedding_adapters = true},
+      {.model_type = "mistral", .attention_bias = false, .qk_norm = false, .default_tie = false,
+       .gguf_permuted_qk = true, .gguf_arch = "llama", .tied_embedding_adapters = true,
+       .sliding_all_layers = true},
+      {.model_type = "qwen2", .attention_bias = true, .qk_norm = false, .default_tie = false,
+       .gguf_permuted_qk = false, .gguf_arch = "qwen2", .tied_embedding_adapters = true},
+      {.model_type = "qwen3", .attention_bias = false, .qk_norm = true, .default_tie = true,
+       .gguf_permuted_qk = false, .gguf_arch = "qwen3", .tied_embedding_adapters = true},
+      // Gemma 2: GeGLU, (1 + w) norms around attention and MLP, sqrt(hidden)-scaled embeddings,
+      // soft-capped attention scores and logits, sliding-window layers alternating with global ones
+      // (layer 0 local). The scaled lookup and capped head differ, so no tied-embedding adapters.
+      {.model_type = "gemma2", .attention_bias = false, .qk_norm = false, .default_tie = true,
+       .gguf_permuted_qk = false, .gguf_arch = "gemma2", .tied_embedding_adapters = false,
+       .default_activation = Activation::GeluTanh, .norm_plus_one = true, .scale_embeddings = true,
+       .sandwich_norms = true, .global_every = 2, .softcapping = true, .query_pre_attn_scalar = true},
+      // Gemma 3 (text, Gemma3ForCausalLM): Gemma 2's layout plus q/k norms, five local layers per
+      // global one, the local layers on their own RoPE base.
+      {.model_type = "gemma3_text", .attention_bias = false, .qk_norm = true, .default_tie = true,
+       .gguf_permuted_qk = false, .gguf_arch = "gemma3", .tied_embedding_adapters = false,
+       .default_activation = Activation::GeluTanh, .norm_plus_one = true, .scale_embeddings = true,
+       .sandwich_norms = true, .global_every = 6, .softcapping = true, .query_pre_attn_scalar = true,
+       .local_rope_base = true},
   };
   return kFamilies;
 }
@@ -32,7 +50,10 @@ const FamilyTraits& family(const std::string& model_type) {
 const FamilyTraits& family_for_gguf_arch(const std::string& arch) {
   for (const auto& f : families())
     if (arch == f.gguf_arch) return f;
-  fail_as(ErrorKind::kUnsupported, "GGUF architecture '", arch, "' is not supported (supported: llama, qwen2, qwen3)");
+  std::string archs;
+  for (const auto& f : families())
+    if (archs.find(f.gguf_arch) == std::string::npos) archs += std::string(archs.empty() ? "" : ", ") + f.gguf_arch;
+  fail_as(ErrorKind::kUnsupported, "GGUF architecture '", arch, "' is not supported (supported: ", archs, ")");
 }
 
 const std::vector<LayerTensorSpec>& layer_tensor_specs() {
@@ -55,16 +76,43 @@ const std::vector<LayerTensorSpec>& layer_tensor_specs() {
   return kSpecs;
 }
 
-std::string hf_layer_tensor_name(int64_t layer, LayerTensor role) {
-  for (const auto& s : layer_tensor_specs())
+// Gemma's sandwich layout: post_attention_layernorm is the norm *after* attention, and the MLP's
+// pre-norm is pre_feedforward_layernorm (llama.cpp: post_attention_norm, ffn_norm, post_ffw_norm).
+const std::vector<LayerTensorSpec>& sandwich_layer_tensor_specs() {
+  static const std::vector<LayerTensorSpec> kSpecs = [] {
+    std::vector<LayerTensorSpec> s;
+    for (const auto& spec : layer_tensor_specs())
+      if (spec.role != LayerTensor::MlpNorm) s.push_back(spec);
+    s.push_back({LayerTensor::AttnPostNorm, "post_attention_layernorm.weight", "post_attention_norm.weight"});
+    s.push_back({LayerTensor::MlpNorm, "pre_feedforward_layernorm.weight", "ffn_norm.weight"});
+    s.push_back({LayerTensor::MlpPostNorm, "post_feedforward_layernorm.weight", "post_ffw_norm.weight"});
+    return s;
+  }();
+  return kSpecs;
+}
+
+const std::vector<LayerTensorSpec>& layer_tensor_specs(const ModelConfig& c) {
+  return c.sandwich_norms ? sandwich_layer_tensor_specs() : layer_tensor_specs();
+}
+
+namespace {
+std::string layer_name(const std::vector<LayerTensorSpec>& specs, int64_t layer, LayerTensor role) {
+  for (const auto& s : specs)
     if (s.role == role) return "model.layers." + std::to_string(layer) + "." + s.hf_suffix;
   fail("unknown layer tensor role");
+}
+}  // namespace
+
+std::string hf_layer_tensor_name(int64_t layer, LayerTensor role) { return layer_name(layer_tensor_specs(), layer, role); }
+std::string hf_layer_tensor_name(const ModelConfig& c, int64_t layer, LayerTensor role) {
+  return layer_name(layer_tensor_specs(c), layer, role);
 }
 
 bool layer_tensor_present(const ModelConfig& c, LayerTensor role) {
   switch (role) {
     case LayerTensor::QBias: case LayerTensor::KBias: case LayerTensor::VBias: return c.attention_bias;
     case LayerTensor::QNorm: case LayerTensor::KNorm: return c.qk_norm;
+    case LayerTensor::AttnPostNorm: case LayerTensor::MlpPostNorm: return c.sandwich_norms;
     default: return true;
   }
 }
@@ -72,7 +120,8 @@ bool layer_tensor_present(const ModelConfig& c, LayerTensor role) {
 std::vector<int64_t> layer_tensor_shape(const ModelConfig& c, LayerTensor role) {
   const int64_t h = c.hidden_size, f = c.intermediate_size;
   switch (role) {
-    case LayerTensor::AttnNorm: case LayerTensor::MlpNorm: return {h};
+    case LayerTensor::AttnNorm: case LayerTensor::MlpNorm: case LayerTensor::AttnPostNorm:
+    case LayerTensor::MlpPostNorm: return {h};
     case LayerTensor::Q: return {c.q_dim(), h};
     case LayerTensor::K: case LayerTensor::V: return {c.kv_dim(), h};
     case LayerTensor::O: return {h, c.q_dim()};

@@ -44,11 +44,11 @@ namespace {
 std::map<std::string, std::string> gguf_module_names(const ModelConfig& c) {
   std::map<std::string, std::string> out = {{"token_embd", kEmbedName}, {"output", kLmHeadName}};
   for (int64_t i = 0; i < c.num_layers; ++i)
-    for (const auto& s : layer_tensor_specs()) {
+    for (const auto& s : layer_tensor_specs(c)) {
       std::string g = s.gguf_suffix;
       const size_t dot = g.rfind('.');
       if (g.compare(dot, std::string::npos, ".weight") != 0) continue;  // biases and norms take no LoRA pair
-      out["blk." + std::to_string(i) + "." + g.substr(0, dot)] = hf_layer_tensor_name(i, s.role);
+      out["blk." + std::to_string(i) + "." + g.substr(0, dot)] = hf_layer_tensor_name(c, i, s.role);
     }
   return out;
 }

@@ -21,8 +21,8 @@ class GgufTensorSource : public io::TensorSource {
     std::map<std::string, std::string> gguf_to_hf = {
         {"token_embd.weight", kEmbedName}, {"output_norm.weight", kFinalNormName}, {"output.weight", kLmHeadName}};
     for (int64_t i = 0; i < c.num_layers; ++i)
-      for (const auto& s : layer_tensor_specs())
-        gguf_to_hf["blk." + std::to_string(i) + "." + s.gguf_suffix] = hf_layer_tensor_name(i, s.role);
+      for (const auto& s : layer_tensor_specs(c))
+        gguf_to_hf["blk." + std::to_string(i) + "." + s.gguf_suffix] = hf_layer_tensor_name(c, i, s.role);
     for (const auto& t : file_->tensors()) {
       if (t.name == "rope_freqs.weight") continue;  // consumed into the config
       auto it = gguf_to_hf.find(t.name);
@@ -67,6 +67,34 @@ class GgufTensorSource : public io::TensorSource {
   std::map<std::string, int64_t> heads_;  // permuted tensors -> number of heads
 };
 
+// The family row's operations with llama.cpp's GGUF keys and its fixed rules for what the file
+// does not say (llama-model.cpp's hparams for gemma2/gemma3).
+void apply_family_operations(const io::GgufFile& g, const std::string& a, const FamilyTraits& fam, ModelConfig& c) {
+  c.activation = fam.default_activation;
+  c.norm_weight_offset = 0.0f;  // llama.cpp's converter already stored Gemma's norms as 1 + w
+  c.scale_embeddings = fam.scale_embeddings;
+  c.sandwich_norms = fam.sandwich_norms;
+  if (fam.softcapping) {
+    if (auto v = g.optional_float(a + ".attn_logit_softcapping")) c.attn_logit_softcap = *v;
+    if (auto v = g.optional_float(a + ".final_logit_softcapping")) c.final_logit_softcap = *v;
+  }
+  if (fam.global_every > 0) {
+    if (!c.sliding_window)
+      fail("GGUF '", g.path(), "': ", a, ".attention.sliding_window is missing; ", c.model_type,
+           " alternates sliding-window and global layers");
+    // llama.cpp's set_swa_pattern(n): layer il is local where il % n < n - 1.
+    c.sliding_layers.assign(static_cast<size_t>(c.num_layers), false);
+    for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = (i + 1) % fam.global_every != 0;
+  }
+  if (fam.local_rope_base) c.rope_local_theta = g.optional_float(a + ".rope.freq_base_swa").value_or(10000.0);
+  if (fam.query_pre_attn_scalar) {
+    // The file has no query_pre_attn_scalar; llama.cpp scales by 1/sqrt(head_dim), except for the
+    // 27B models (46 layers for Gemma 2, 62 for Gemma 3), whose scalar is hidden / heads.
+    const bool is_27b = (fam.global_every == 2 && c.num_layers == 46) || (fam.global_every == 6 && c.num_layers == 62);
+    c.query_pre_attn_scalar = static_cast<double>(is_27b ? c.hidden_size / c.num_heads : c.head_dim);
+  }
+}
+
 ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
   const std::string a = g.require_string("general.architecture");
   ModelConfig c;
@@ -90,6 +118,7 @@ ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
   c.attention_bias = fam.attention_bias || g.find("blk.0.attn_q.bias") != nullptr;
   if (auto v = g.optional_int(a + ".attention.sliding_window")) c.sliding_window = *v;
   c.pooling_type = g.optional_int(a + ".pooling_type");
+  apply_family_operations(g, a, fam, c);
   const std::string scaling = g.optional_string(a + ".rope.scaling.type").value_or("none");
   if (scaling == "linear") {
     c.rope_scaling.type = RopeScalingType::Linear;

@@ -94,9 +94,14 @@ Matrix read_matrix(const io::TensorSource& s, const std::string& name, const Wei
   return m;
 }
 
-Tensor read_vector_f32(const io::TensorSource& s, const std::string& name) {
+Tensor read_vector_f32(const io::TensorSource& s, const std::string& name, float offset = 0.0f) {
   Tensor t = to_f32(s.read(name));
   require_finite(s, name, t);
+  if (offset != 0.0f) {  // Gemma's (1 + w), added in F32 as transformers does
+    Tensor o = Tensor::zeros_f32(t.shape);
+    for (int64_t i = 0; i < t.numel(); ++i) o.mutable_as<float>()[i] = t.as<float>()[i] + offset;
+    return o;
+  }
   return t;
 }
 
@@ -153,9 +158,9 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
     ld.used.insert(kLmHeadName);
   }
   for (int64_t i = 0; i < c.num_layers; ++i)
-    for (const auto& spec : layer_tensor_specs())
+    for (const auto& spec : layer_tensor_specs(c))
       if (layer_tensor_present(c, spec.role))
-        ld.check(hf_layer_tensor_name(i, spec.role), layer_tensor_shape(c, spec.role), true);
+        ld.check(hf_layer_tensor_name(c, i, spec.role), layer_tensor_shape(c, spec.role), true);
   for (const auto& name : source.names())
     if (!ld.used.count(name) && !ignorable(name))
       ld.problems.push_back("unexpected tensor '" + name + "' (not part of a " + c.model_type + " model with " +
@@ -174,7 +179,8 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
   ModelWeights w;
   w.embed = read_matrix(source, kEmbedName, options);
   tick();
-  w.final_norm = read_vector_f32(source, kFinalNormName);
+  const float off = c.norm_weight_offset;
+  w.final_norm = read_vector_f32(source, kFinalNormName, off);
   tick();
   if (c.tie_word_embeddings) {
     w.lm_head = w.embed;
@@ -186,8 +192,8 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
   tick();
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights L;
-    auto name = [&](LayerTensor r) { return hf_layer_tensor_name(i, r); };
-    L.attn_norm = read_vector_f32(source, name(LayerTensor::AttnNorm));
+    auto name = [&](LayerTensor r) { return hf_layer_tensor_name(c, i, r); };
+    L.attn_norm = read_vector_f32(source, name(LayerTensor::AttnNorm), off);
     L.q = read_matrix(source, name(LayerTensor::Q), options);
     L.k = read_matrix(source, name(LayerTensor::K), options);
     L.v = read_matrix(source, name(LayerTensor::V), options);
@@ -198,10 +204,14 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
       L.v_bias = read_vector_f32(source, name(LayerTensor::VBias));
     }
     if (c.qk_norm) {
-      L.q_norm = read_vector_f32(source, name(LayerTensor::QNorm));
-      L.k_norm = read_vector_f32(source, name(LayerTensor::KNorm));
+      L.q_norm = read_vector_f32(source, name(LayerTensor::QNorm), off);
+      L.k_norm = read_vector_f32(source, name(LayerTensor::KNorm), off);
     }
-    L.mlp_norm = read_vector_f32(source, name(LayerTensor::MlpNorm));
+    L.mlp_norm = read_vector_f32(source, name(LayerTensor::MlpNorm), off);
+    if (c.sandwich_norms) {
+      L.attn_post_norm = read_vector_f32(source, name(LayerTensor::AttnPostNorm), off);
+      L.mlp_post_norm = read_vector_f32(source, name(LayerTensor::MlpPostNorm), off);
+    }
     L.gate = read_matrix(source, name(LayerTensor::Gate), options);
     L.up = read_matrix(source, name(LayerTensor::Up), options);
     L.down = read_matrix(source, name(LayerTensor::Down), options);

@@ -110,18 +110,18 @@ float KVCache::value_at(int64_t layer, int64_t pos, int64_t i) const {
 }
 
 void attend_cached(const KVCache& cache, int64_t layer, int64_t first, int64_t n, int64_t offset, const float* q,
-                   int64_t hd, float scale, float* scores, float* out, int64_t heads) {
+                   int64_t hd, float scale, float* scores, float* out, int64_t heads, float softcap) {
   const int64_t stride = cache.kv_dim();
   switch (cache.dtype()) {
     case DType::F32:
       return attend(q, cache.key_f32(layer, first) + offset, cache.value_f32(layer, first) + offset, stride, n, hd,
-                    scale, scores, out, heads);
+                    scale, scores, out, heads, softcap);
     case DType::F16:
       return attend_f16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
-                        scale, scores, out, heads);
+                        scale, scores, out, heads, softcap);
     default:
       return attend_bf16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
-                         scale, scores, out, heads);
+                         scale, scores, out, heads, softcap);
   }
 }
 

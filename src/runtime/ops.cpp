@@ -206,11 +206,27 @@ void add(float* x, const float* y, int64_t n) {
 
 void axpy(float a, const float* x, float* y, int64_t n) { axpy_body<F32Rows>(a, x, y, n); }
 
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  // torch's gelu(approximate='tanh'): 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))).
+  constexpr float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5), kKappa = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float inner = kBeta * (x + kKappa * x * x * x);
+    out[i] = 0.5f * x * (1.0f + std::tanh(inner)) * up[i];
+  }
+}
+
+void soft_cap(float* x, int64_t n, float cap) {
+  // transformers: x / cap, tanh, * cap (three F32 roundings, in that order).
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+}
+
 namespace {
 template <class L>
 void attend_rows(const float* q, const typename L::T* k, const typename L::T* v, int64_t stride, int64_t n, int64_t hd,
-                 float scale, float* scores, float* out) {
+                 float scale, float softcap, float* scores, float* out) {
   for (int64_t j = 0; j < n; ++j) scores[j] = dot_body<L>(q, k + j * stride, hd) * scale;
+  if (softcap > 0) soft_cap(scores, n, softcap);
   softmax(scores, n);
   int64_t c = 0;
   for (; c + 64 <= hd; c += 64) {  // eight accumulators: each element's fma chain is axpy's
@@ -276,9 +292,10 @@ void group_values(const float* scores, const typename L::T* v, int64_t stride, i
 // rows hd apart, scores heads·n: each head's result is attend_rows's bit for bit.
 template <class L>
 void attend_heads(const float* q, const typename L::T* k, const typename L::T* v, int64_t stride, int64_t n,
-                  int64_t hd, float scale, float* scores, float* out, int64_t heads) {
+                  int64_t hd, float scale, float softcap, float* scores, float* out, int64_t heads) {
   if (heads == 1 || hd % 32 != 0) {
-    for (int64_t h = 0; h < heads; ++h) attend_rows<L>(q + h * hd, k, v, stride, n, hd, scale, scores + h * n, out + h * hd);
+    for (int64_t h = 0; h < heads; ++h)
+      attend_rows<L>(q + h * hd, k, v, stride, n, hd, scale, softcap, scores + h * n, out + h * hd);
     return;
   }
   for (int64_t h = 0; h < heads;) {
@@ -294,6 +311,7 @@ void attend_heads(const float* q, const typename L::T* k, const typename L::T* v
       h += 1;
     }
   }
+  if (softcap > 0) soft_cap(scores, heads * n, softcap);
   for (int64_t h = 0; h < heads; ++h) softmax(scores + h * n, n);
   for (int64_t c = 0; c < hd; c += 32)
     for (int64_t h = 0; h < heads; h += 2) {
@@ -306,18 +324,18 @@ void attend_heads(const float* q, const typename L::T* k, const typename L::T* v
 }  // namespace
 
 void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t hd, float scale,
-            float* scores, float* out, int64_t heads) {
-  attend_heads<F32Rows>(q, k, v, stride, n, hd, scale, scores, out, heads);
+            float* scores, float* out, int64_t heads, float softcap) {
+  attend_heads<F32Rows>(q, k, v, stride, n, hd, scale, softcap, scores, out, heads);
 }
 
 void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n, int64_t hd,
-                float scale, float* scores, float* out, int64_t heads) {
-  attend_heads<F16Rows>(q, k, v, stride, n, hd, scale, scores, out, heads);
+                float scale, float* scores, float* out, int64_t heads, float softcap) {
+  attend_heads<F16Rows>(q, k, v, stride, n, hd, scale, softcap, scores, out, heads);
 }
 
 void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, int64_t n, int64_t hd,
-                 float scale, float* scores, float* out, int64_t heads) {
-  attend_heads<BF16Rows>(q, k, v, stride, n, hd, scale, scores, out, heads);
+                 float scale, float* scores, float* out, int64_t heads, float softcap) {
+  attend_heads<BF16Rows>(q, k, v, stride, n, hd, scale, softcap, scores, out, heads);
 }
 
 void scale(float* x, float a, int64_t n) {

@@ -13,10 +13,12 @@ namespace graft::runtime {
 
 namespace {
 
-// Rotates pairs (i, i + half) of each head by position * inv_freq[i]: the rotate_half layout of
-// Hugging Face checkpoints (GGUF q/k rows are un-permuted into it at load).
-void apply_rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const std::vector<float>& inv_freq) {
-  const int64_t half = head_dim / 2;
+// Rotates pairs (i, i + half) of the first `dims` values of each head by position * inv_freq[i],
+// half = dims / 2: the rotate_half layout of Hugging Face checkpoints (GGUF q/k rows are
+// un-permuted into it at load); dims < head_dim is partial rotary (Phi-3), the rest passes through.
+void apply_rope(float* x, int64_t n_heads, int64_t head_dim, int64_t dims, int64_t pos,
+                const std::vector<float>& inv_freq) {
+  const int64_t half = dims / 2;
   for (int64_t i = 0; i < half; ++i) {
     // float32 like transformers: angle = float(pos) * inv_freq, then cos/sin of that float.
     const float angle = static_cast<float>(pos) * inv_freq[i];
@@ -50,7 +52,8 @@ Transformer::Transformer(const model::ModelConfig& config, const model::ModelWei
     : config_(config),
       weights_(weights),
       loras_(loras ? std::move(loras) : std::make_shared<const LoraSet>()),
-      inv_freq_(model::rope_inv_freq(config)) {
+      inv_freq_(model::rope_inv_freq(config)),
+      inv_freq_local_(model::rope_inv_freq(config, /*local=*/true)) {
   for (const auto& a : loras_->adapters)
     if (!a || a->terms.size() != static_cast<size_t>(config.num_layers + 1))
       fail("Transformer: an unfused adapter was built for a different model");
@@ -239,7 +242,9 @@ void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const Seq
                             float* out) {
   const model::ModelConfig& c = config_;
   const int64_t hd = c.head_dim, group = c.num_heads / c.num_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.attention_scale();
+  const float softcap = c.attn_logit_softcap ? static_cast<float>(*c.attn_logit_softcap) : 0.0f;
+  const std::optional<int64_t> window = c.layer_slides(layer) ? c.sliding_window : std::nullopt;
   std::vector<RowInfo> rows;
   for (size_t s = 0; s < batch.size(); ++s) {
     const int64_t start = batch[s].cache->size();
@@ -255,11 +260,11 @@ void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const Seq
       const int64_t r = item / n_kv, kvh = item % n_kv, h = kvh * group;
       const RowInfo& ri = rows[r];
       const KVCache& cache = *batch[ri.seq].cache;
-      const int64_t first = c.sliding_window ? std::max<int64_t>(0, ri.pos - *c.sliding_window + 1) : 0;
+      const int64_t first = window ? std::max<int64_t>(0, ri.pos - *window + 1) : 0;
       const int64_t n = ri.pos + 1 - first;
       scores.resize(static_cast<size_t>(n * group));
       attend_cached(cache, layer, first, n, kvh * hd, q + r * c.q_dim() + h * hd, hd, scale, scores.data(),
-                    out + r * c.q_dim() + h * hd, group);
+                    out + r * c.q_dim() + h * hd, group, softcap);
     }
   });
 }
@@ -319,6 +324,8 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   for (const auto& ri : rows) seq_of_row.push_back(ri.seq);
   const RowGroups groups = group_rows(seq_of_row);
   embed_rows(batch, x.data(), groups);
+  // Gemma: hidden = embedding * sqrt(hidden_size), the normalizer rounded to F32 as transformers does.
+  if (c.scale_embeddings) scale(x.data(), static_cast<float>(std::sqrt(static_cast<double>(H))), T * H);
   const float eps = static_cast<float>(c.rms_norm_eps);
   auto norm_rows = [&](const float* in, const Tensor& w, float* out) {
     pool.parallel_for(
@@ -328,6 +335,12 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
         },
         rows_per_chunk(H));
   };
+  // A sublayer's output joins the residual stream, through its post-norm under sandwich_norms.
+  auto add_residual = [&](float* out, const Tensor& post_norm) {
+    if (c.sandwich_norms) norm_rows(out, post_norm, out);
+    add(x.data(), out, T * H);
+  };
+  auto glu = c.activation == model::Activation::GeluTanh ? gelu_tanh_mul : silu_mul;
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const model::LayerWeights& L = weights_.layers[l];
@@ -343,23 +356,24 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
           for (int64_t h = 0; h < c.num_kv_heads; ++h)
             rms_norm(kr + h * c.head_dim, L.k_norm.as<float>(), c.head_dim, eps, kr + h * c.head_dim);
         }
-        apply_rope(qr, c.num_heads, c.head_dim, rows[r].pos, inv_freq_);
-        apply_rope(kr, c.num_kv_heads, c.head_dim, rows[r].pos, inv_freq_);
+        const std::vector<float>& inv_freq = c.layer_slides(l) ? inv_freq_local_ : inv_freq_;
+        apply_rope(qr, c.num_heads, c.head_dim, c.rope_dims(), rows[r].pos, inv_freq);
+        apply_rope(kr, c.num_kv_heads, c.head_dim, c.rope_dims(), rows[r].pos, inv_freq);
         KVCache& cache = *batch[rows[r].seq].cache;
         cache.store(l, rows[r].pos, kr, &v[r * KVD]);  // rounded to the cache's type
       }
     }, rows_per_chunk(QD + 2 * KVD));
     attention(pool, l, batch, q.data(), att.data());
     project(pool, l, Projection::O, att.data(), T, tmp.data(), groups);
-    add(x.data(), tmp.data(), T * H);
+    add_residual(tmp.data(), L.attn_post_norm);
 
     norm_rows(x.data(), L.mlp_norm, xn.data());
     project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) silu_mul(&gate[r * F], &up[r * F], F, &gate[r * F]);
+      for (int64_t r = b; r < e; ++r) glu(&gate[r * F], &up[r * F], F, &gate[r * F]);
     }, rows_per_chunk(F));
     project(pool, l, Projection::Down, gate.data(), T, tmp.data(), groups);
-    add(x.data(), tmp.data(), T * H);
+    add_residual(tmp.data(), L.mlp_post_norm);
   }
 
   // Final norm and head only for the rows whose logits are wanted.
@@ -404,6 +418,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
       r += n;
     }
   }
+  if (c.final_logit_softcap) soft_cap(logits.data(), R * c.vocab_size, static_cast<float>(*c.final_logit_softcap));
   for (const auto& s : batch) s.cache->advance(static_cast<int64_t>(s.tokens.size()));
   return logits;
 }

@@ -35,7 +35,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char* kModels[] = {"llama_f32",  "llama_bf16",  "llama3rope_f32", "mistral_f32", "mistral_bf16",
-                         "qwen2_f32",  "qwen2_bf16",  "qwen3_f32",      "qwen3_bf16"};
+                         "qwen2_f32",  "qwen2_bf16",  "qwen3_f32",      "qwen3_bf16",  "gemma2_f32",
+                         "gemma3_f32"};
 
 class ReferenceModel : public ::testing::TestWithParam<const char*> {
  protected:
@@ -116,6 +117,40 @@ TEST_P(ReferenceModel, BatchedSequencesEqualSeparateRuns) {
   for (size_t i = 0; i < V; ++i) {
     ASSERT_NEAR(lab[i], la[i], 1e-5f);
     ASSERT_NEAR(lab[V + i], lb[i], 1e-5f);
+  }
+}
+
+// Gemma from GGUF: the tiny checkpoints converted by llama.cpp's convert_hf_to_gguf.py (norms
+// stored as 1 + w, llama.cpp's tensor names and metadata keys) against transformers' logits for the
+// same weights with query_pre_attn_scalar = head_dim, llama.cpp's rule for files that carry none,
+// and (Gemma 3) every 6th layer global, the layer pattern llama.cpp assumes
+// (tools/gen_family_gguf_fixtures.py). Same 1e-4 tolerance as above (F32 both sides).
+TEST(ReferenceModelGemma, GgufMatchesTransformers) {
+  ThreadPool pool(2);
+  for (const char* m : {"gemma2_f32", "gemma3_f32"}) {
+    const std::string gguf = test::fixture(std::string("models_gguf/") + m + ".gguf");
+    model::LoadedModel lm = model::load_model(gguf);
+    EXPECT_EQ(lm.format, "gguf");
+    std::ifstream in(test::fixture(std::string("models/") + m + "/reference.json"));
+    const json ref = json::parse(in);
+    auto logits = io::SafetensorsFile::open(test::fixture(std::string("models_gguf/") + m + ".reference.safetensors"));
+    Transformer t(lm.config, lm.weights);
+    for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+      std::vector<int32_t> ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+      KVCache cache(lm.config, 256, DType::F32);
+      SequenceInput sin{&cache, ids, true};
+      std::vector<float> out = t.forward(pool, std::span(&sin, 1));
+      EXPECT_LE(max_abs_diff(out, logits->tensor("logits_" + std::to_string(p))), 1e-4f) << m << " prompt " << p;
+    }
+  }
+}
+
+// The Gemma fixtures ship transformers 5's separate chat_template.jinja (Gemma's turn markup).
+TEST(ReferenceModelGemma, ChatTemplateComesFromChatTemplateJinja) {
+  for (const char* m : {"gemma2_f32", "gemma3_f32"}) {
+    model::LoadedModel lm = model::load_model(test::fixture(std::string("models/") + m));
+    ASSERT_TRUE(lm.chat_template.has_value()) << m;
+    EXPECT_NE(lm.chat_template->find("<start_of_turn>"), std::string::npos) << m;
   }
 }
 

@@ -102,6 +102,93 @@ TEST(Config, TransformersFiveRopeParameters) {
   EXPECT_DOUBLE_EQ(parse_hf_config(j, "c").rope_theta, 123.0);
 }
 
+json gemma_config(const std::string& type) {
+  json j = base_config(type);
+  j.erase("hidden_act");
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["sliding_window"] = 8;
+  j["query_pre_attn_scalar"] = 24;
+  return j;
+}
+
+TEST(Config, Gemma2RowAndFields) {
+  json j = gemma_config("gemma2");
+  j["attn_logit_softcapping"] = 50.0;
+  j["final_logit_softcapping"] = 30.0;
+  ModelConfig c = parse_hf_config(j, "c");
+  EXPECT_EQ(c.activation, Activation::GeluTanh);
+  EXPECT_EQ(c.norm_weight_offset, 1.0f);
+  EXPECT_TRUE(c.scale_embeddings && c.sandwich_norms && c.tie_word_embeddings);
+  EXPECT_EQ(*c.attn_logit_softcap, 50.0);
+  EXPECT_EQ(*c.final_logit_softcap, 30.0);
+  EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f / std::sqrt(24.0f));
+  // No layer_types (transformers 4.x): layer 0 local, layer 1 global.
+  EXPECT_TRUE(c.layer_slides(0));
+  EXPECT_FALSE(c.layer_slides(1));
+  EXPECT_EQ(hf_layer_tensor_name(c, 0, LayerTensor::MlpNorm), "model.layers.0.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(hf_layer_tensor_name(c, 0, LayerTensor::AttnPostNorm), "model.layers.0.post_attention_layernorm.weight");
+}
+
+TEST(Config, Gemma3LegacyRopeKeys) {
+  json j = gemma_config("gemma3_text");
+  j["num_hidden_layers"] = 4;
+  j["sliding_window_pattern"] = 2;
+  j["rope_theta"] = 1e6;
+  j["rope_local_base_freq"] = 1e4;
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  ModelConfig c = parse_hf_config(j, "c");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(*c.rope_local_theta, 1e4);
+  EXPECT_TRUE(c.layer_slides(0) && c.layer_slides(2));
+  EXPECT_FALSE(c.layer_slides(1) || c.layer_slides(3));
+  // Global layers scaled, local ones the plain 1e4 base.
+  EXPECT_FLOAT_EQ(rope_inv_freq(c)[1], 1.0f / std::pow(1e6f, 2.0f / 16.0f) / 8.0f);
+  EXPECT_FLOAT_EQ(rope_inv_freq(c, true)[1], 1.0f / std::pow(1e4f, 2.0f / 16.0f));
+}
+
+// Every field that would change the math of a family that does not run it is refused by name,
+// with the family named.
+TEST(Config, RefusesFamilyFieldsByName) {
+  auto expect_refused = [](const json& j, const std::vector<std::string>& needles) {
+    const std::string e = error_of(j);
+    for (const auto& n : needles) EXPECT_NE(e.find(n), std::string::npos) << "want '" << n << "' in: " << e;
+  };
+  json j = base_config();
+  j["attn_logit_softcapping"] = 50.0;
+  expect_refused(j, {"attn_logit_softcapping", "llama"});
+  j = base_config("qwen2");
+  j["final_logit_softcapping"] = 30.0;
+  expect_refused(j, {"final_logit_softcapping", "qwen2"});
+  j = base_config("mistral");
+  j["query_pre_attn_scalar"] = 24;
+  expect_refused(j, {"query_pre_attn_scalar", "mistral"});
+  j = gemma_config("gemma2");
+  j["rope_local_base_freq"] = 1e4;
+  expect_refused(j, {"rope_local_base_freq", "gemma2"});
+  j = gemma_config("gemma2");
+  j["hidden_activation"] = "gelu";
+  expect_refused(j, {"hidden_activation", "gemma2", "gelu_pytorch_tanh"});
+  j = gemma_config("gemma3_text");
+  j["use_bidirectional_attention"] = true;
+  expect_refused(j, {"use_bidirectional_attention", "gemma3_text"});
+  j = gemma_config("gemma3_text");
+  j["layer_types"] = {"sliding_attention", "chunked_attention"};
+  expect_refused(j, {"chunked_attention", "gemma3_text"});
+  j = gemma_config("gemma3_text");
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                          {"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e4}}}};
+  expect_refused(j, {"rope_parameters.sliding_attention.rope_type", "linear"});
+  j = gemma_config("gemma3_text");
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_refused(j, {"'yarn'", "gemma3_text"});
+  j = gemma_config("gemma2");
+  j.erase("sliding_window");
+  expect_refused(j, {"sliding_window"});
+  j = base_config();
+  j["partial_rotary_factor"] = 0.5;
+  expect_refused(j, {"partial_rotary_factor", "llama"});
+}
+
 using test::MapSource;
 
 MapSource complete_source(const ModelConfig& c) {
@@ -110,9 +197,9 @@ MapSource complete_source(const ModelConfig& c) {
   s.t[kFinalNormName] = Tensor::zeros_f32({c.hidden_size});
   if (!c.tie_word_embeddings) s.t[kLmHeadName] = Tensor::zeros_f32({c.vocab_size, c.hidden_size});
   for (int64_t i = 0; i < c.num_layers; ++i)
-    for (const auto& spec : layer_tensor_specs())
+    for (const auto& spec : layer_tensor_specs(c))
       if (layer_tensor_present(c, spec.role))
-        s.t[hf_layer_tensor_name(i, spec.role)] = Tensor::zeros_f32(layer_tensor_shape(c, spec.role));
+        s.t[hf_layer_tensor_name(c, i, spec.role)] = Tensor::zeros_f32(layer_tensor_shape(c, spec.role));
   return s;
 }
 

@@ -156,7 +156,7 @@ TEST(Ops, Attend16BitEqualsAttendOnWidenedKeysAndValues) {
       std::vector<float> ref_s(n), ref(hd), got_s(n), got(hd, -1.0f);
       attend(q.data(), kw.data(), vw.data(), stride, n, hd, scl, ref_s.data(), ref.data());
       (t == DType::F16 ? attend_f16 : attend_bf16)(q.data(), k16.data(), v16.data(), stride, n, hd, scl, got_s.data(),
-                                                   got.data(), 1);
+                                                   got.data(), 1, 0.0f);
       for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got_s[j], ref_s[j]) << dtype_name(t) << " hd " << hd << " score " << j;
       for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(got[i], ref[i]) << dtype_name(t) << " hd " << hd << " element " << i;
     }

@@ -132,8 +132,30 @@ TEST(HeadRules, TiedEmbeddingOnAFamilyWithoutTheRuleIsRefused) {
   for (auto path : {model::AdapterPath::Fused, model::AdapterPath::Unfused})
     expect_refused([&] { model::check_tied_head_rules(base.config, other, {{embed, 1.0f}}, bindings, path); },
                    "adapts embed_tokens of a tied qwen2 checkpoint");
-  // The shipped families all allow it.
-  for (const auto& f : model::families()) EXPECT_TRUE(f.tied_embedding_adapters) << f.model_type;
+  // The shipped families allow it except Gemma's, whose lookup is scaled (and head capped).
+  for (const auto& f : model::families()) EXPECT_EQ(f.tied_embedding_adapters, !f.scale_embeddings) << f.model_type;
+}
+
+// Gemma is tied: an embed_tokens pair is refused (the scaled lookup is not the head), and so is an
+// lm_head pair, on both paths, naming the family.
+TEST(HeadRules, GemmaTiedEmbeddingAndHeadPairsAreRefused) {
+  for (const char* m : {"gemma2_f32", "gemma3_f32"}) {
+    const std::string dir = test::fixture(std::string("models/") + m);
+    model::LoadedModel base = model::load_model(dir);
+    const auto& c = base.config;
+    ASSERT_TRUE(c.tie_word_embeddings) << m;
+    auto embed = pair_adapter("model.embed_tokens", c.vocab_size, c.hidden_size, true);
+    auto head = pair_adapter("lm_head", c.vocab_size, c.hidden_size, false);
+    const std::string fam = c.model_type;
+    model::LoadOptions o;
+    o.fused_adapters = {{embed, 1.0f}};
+    expect_refused([&] { model::load_model(dir, o); }, "adapts embed_tokens of a tied " + fam + " checkpoint");
+    expect_refused([&] { make_lora_set(c, *base.source, {{embed, 1.0f}}); },
+                   "adapts embed_tokens of a tied " + fam + " checkpoint");
+    o.fused_adapters = {{head, 1.0f}};
+    expect_refused([&] { model::load_model(dir, o); }, "adapts lm_head, but this checkpoint ties lm_head");
+    expect_refused([&] { make_lora_set(c, *base.source, {{head, 1.0f}}); }, "adapts lm_head, but this checkpoint ties");
+  }
 }
 
 Tensor transposed(const Tensor& t) {

@@ -14,6 +14,10 @@ namespace graft::model {
 
 enum class RopeScalingType { None, Linear, Llama3 };
 
+// The MLP's GLU nonlinearity: silu (Llama) or gelu with the tanh approximation (Gemma's
+// gelu_pytorch_tanh).
+enum class Activation { Silu, GeluTanh };
+
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::None;
   double factor = 1.0;
@@ -65,8 +69,28 @@ struct ModelConfig {
   std::optional<int64_t> pooling_type;
   std::optional<QuantizationConfig> quantization;  // mlx-lm quantized checkpoint
 
+  // Operations beyond Llama's, set from the family row and config.json (or GGUF metadata).
+  Activation activation = Activation::Silu;
+  float norm_weight_offset = 0.0f;  // added to every RMSNorm weight at load (1 for Gemma's HF (1 + w))
+  bool scale_embeddings = false;    // embedding rows times sqrt(hidden_size) (Gemma)
+  bool sandwich_norms = false;      // norms after attention and MLP too (Gemma 2/3)
+  std::optional<double> attn_logit_softcap;   // scores = cap * tanh(scores / cap) before the softmax
+  std::optional<double> final_logit_softcap;  // logits = cap * tanh(logits / cap)
+  std::optional<double> query_pre_attn_scalar;  // attention scale 1/sqrt(this) instead of 1/sqrt(head_dim)
+  // Per layer: true where the layer attends through sliding_window. Empty: every layer does when
+  // sliding_window is set (Mistral, Phi-3).
+  std::vector<bool> sliding_layers;
+  std::optional<double> rope_local_theta;  // Gemma 3: the sliding layers' RoPE base (no scaling)
+  int64_t rotary_dim = 0;                  // dims of each head RoPE rotates (0: all; Phi-3 partial)
+
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  int64_t rope_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  bool layer_slides(int64_t layer) const {
+    if (!sliding_window) return false;
+    return sliding_layers.empty() || sliding_layers[static_cast<size_t>(layer)];
+  }
+  float attention_scale() const;
 };
 
 // Parses a Hugging Face config.json object; `path` names the file in errors.
@@ -78,7 +102,8 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& path);
 // sliding window, token ids inside the vocabulary. `where` names the file in errors.
 void validate_config(const ModelConfig& c, const std::string& where);
 
-// RoPE inverse frequencies (head_dim / 2 of them) after scaling, as transformers computes them.
-std::vector<float> rope_inv_freq(const ModelConfig& c);
+// RoPE inverse frequencies (rope_dims / 2 of them) after scaling, as transformers computes them.
+// local: the sliding layers' table where rope_local_theta is set (unscaled, that base).
+std::vector<float> rope_inv_freq(const ModelConfig& c, bool local = false);
 
 }  // namespace graft::model

@@ -9,6 +9,8 @@
 
 namespace graft::model {
 
+// How a family's decoder layers are laid out and computed. Every field names one operation of the
+// forward pass (runtime/transformer.cpp reads the resulting ModelConfig, never the family name).
 struct FamilyTraits {
   const char* model_type;
   bool attention_bias;       // q/k/v projections carry biases
@@ -20,6 +22,26 @@ struct FamilyTraits {
   // the shared weight, to the head). True where the head is exactly the embedding read as a
   // linear layer (no embedding scaling or soft-capping that would make the two uses differ).
   bool tied_embedding_adapters;
+  // The MLP's GLU nonlinearity when config.json names none (GGUF files never name one).
+  Activation default_activation = Activation::Silu;
+  // Gemma: RMSNorm multiplies by (1 + w) and Hugging Face checkpoints store w (llama.cpp's
+  // converter stores 1 + w, so GGUF files need no offset).
+  bool norm_plus_one = false;
+  bool scale_embeddings = false;  // embedding rows multiplied by sqrt(hidden_size)
+  // Norms after attention and after the MLP as well as before them (Gemma 2/3 "sandwich" layout;
+  // the MLP's pre-norm is then pre_feedforward_layernorm, not post_attention_layernorm).
+  bool sandwich_norms = false;
+  // Layers alternate between sliding-window (local) and full (global) attention: every
+  // `global_every`-th layer is global when config.json has no layer_types (0: no alternation).
+  int global_every = 0;
+  bool sliding_all_layers = false;  // sliding_window (when set) applies to every layer (Mistral, Phi-3)
+  // config.json fields this family reads (elsewhere they are refused as math it does not have).
+  bool softcapping = false;           // attn_logit_softcapping, final_logit_softcapping
+  bool query_pre_attn_scalar = false; // attention scale 1/sqrt(query_pre_attn_scalar)
+  bool local_rope_base = false;       // rope_local_base_freq for the sliding layers
+  // Phi-3: q/k/v stored as one qkv_proj and gate/up as one gate_up_proj (split by rows at load).
+  bool fused_projections = false;
+  bool partial_rotary = false;        // partial_rotary_factor < 1 is implemented
 };
 
 // The table of supported families; lookup throws listing the supported names.
@@ -30,6 +52,7 @@ const FamilyTraits& family_for_gguf_arch(const std::string& arch);
 // The role of one weight in a decoder layer, with its Hugging Face name suffix.
 enum class LayerTensor {
   AttnNorm, Q, K, V, O, QBias, KBias, VBias, QNorm, KNorm, MlpNorm, Gate, Up, Down,
+  AttnPostNorm, MlpPostNorm,  // sandwich_norms only
 };
 
 struct LayerTensorSpec {
@@ -38,8 +61,12 @@ struct LayerTensorSpec {
   const char* gguf_suffix; // after "blk.{i}."
 };
 
+// The Llama layout (every family's projections have these names); the config's own layout (norm
+// names differ under sandwich_norms) through the overloads taking a config.
 const std::vector<LayerTensorSpec>& layer_tensor_specs();
+const std::vector<LayerTensorSpec>& layer_tensor_specs(const ModelConfig& c);
 std::string hf_layer_tensor_name(int64_t layer, LayerTensor role);
+std::string hf_layer_tensor_name(const ModelConfig& c, int64_t layer, LayerTensor role);
 
 // Expected shape of a layer tensor under a config; empty optional if the config has no such tensor.
 bool layer_tensor_present(const ModelConfig& c, LayerTensor role);

@@ -1,7 +1,7 @@
 // The weights of a Llama-family decoder, read through a TensorSource by the family's name table.
 // Matrices stay in their stored form: F32/F16/BF16 (zero-copy views of the mapping) or mlx affine
 // quantized codes (packed uint32 + F32 scales/biases); norms and biases are small and converted
-// to F32.
+// to F32 (norms with the config's norm_weight_offset added: Gemma's (1 + w)).
 #pragma once
 #include <functional>
 #include <optional>
@@ -45,6 +45,7 @@ struct LayerWeights {
   Tensor q_bias, k_bias, v_bias;  // F32 [q_dim], [kv_dim] x2 when attention_bias, else empty
   Tensor q_norm, k_norm;       // F32 [head_dim] when qk_norm, else empty
   Tensor mlp_norm;             // F32 [hidden]
+  Tensor attn_post_norm, mlp_post_norm;  // F32 [hidden] when sandwich_norms, else empty
   Matrix gate, up, down;       // [inter, hidden] x2, [hidden, inter]
 };
 

@@ -72,8 +72,9 @@ class KVCache {
 // head slice [offset, offset + hd) of each position, reading the cache in its stored type: F32
 // caches give exactly attend's bits; F16/BF16 caches give F32 math on the rounded keys and values
 // (each element widened exactly as it is loaded; the same operations in the same order).
-// heads > 1: that many query heads sharing this key/value head (ops' attend with heads).
+// heads > 1: that many query heads sharing this key/value head (ops' attend with heads). softcap:
+// as attend's.
 void attend_cached(const KVCache& cache, int64_t layer, int64_t first, int64_t n, int64_t offset, const float* q,
-                   int64_t hd, float scale, float* scores, float* out, int64_t heads = 1);
+                   int64_t hd, float scale, float* scores, float* out, int64_t heads = 1, float softcap = 0);
 
 }  // namespace graft::runtime

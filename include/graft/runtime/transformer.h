@@ -76,6 +76,7 @@ class Transformer {
   const model::ModelWeights& weights_;
   std::shared_ptr<const LoraSet> loras_;
   std::vector<float> inv_freq_;
+  std::vector<float> inv_freq_local_;  // sliding layers' table (the same as inv_freq_ unless Gemma 3)
 };
 
 }  // namespace graft::runtime

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Converts a tiny test checkpoint to GGUF with llama.cpp's own convert_hf_to_gguf.py.
+
+Developer tool (not run by CI). The converter ships in the llama-cpp-python sdist on PyPI
+(`pip download --no-binary :all: --no-deps llama-cpp-python`, unpack; the script is
+vendor/llama.cpp/convert_hf_to_gguf.py, run with its gguf-py). One patch, for the test tokenizer
+only (two patches, both about the tokenizer): the converter identifies BPE pre-tokenizers by hashing the encoding of a fixed text and
+knows only published tokenizers, so tiny_bpe gets the "gpt-2" label (the weights and every
+hyperparameter go through the converter untouched).
+
+Usage: python3 tools/convert_family_gguf.py LLAMA_CPP_DIR MODEL_DIR OUT.gguf
+"""
+import sys
+from pathlib import Path
+
+lcpp, model_dir, out = sys.argv[1:4]
+sys.path.insert(0, lcpp)
+sys.path.insert(1, str(Path(lcpp) / "gguf-py"))
+import conversion.base as base  # noqa: E402
+
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+import conversion.gemma as gemma  # noqa: E402
+
+# Gemma 2's converter reads only a sentencepiece tokenizer.model; the test tokenizer is a
+# tokenizer.json BPE, which Gemma 3's converter takes through _set_vocab_gpt2: the same for Gemma 2.
+gemma.Gemma2Model.set_vocab = lambda self: self._set_vocab_gpt2()
+import convert_hf_to_gguf  # noqa: E402
+
+sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outtype", "f32", "--outfile", out]
+convert_hf_to_gguf.main()
