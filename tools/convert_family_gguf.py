@@ -24,6 +24,11 @@ import conversion.gemma as gemma  # noqa: E402
 # Gemma 2's converter reads only a sentencepiece tokenizer.model; the test tokenizer is a
 # tokenizer.json BPE, which Gemma 3's converter takes through _set_vocab_gpt2: the same for Gemma 2.
 gemma.Gemma2Model.set_vocab = lambda self: self._set_vocab_gpt2()
+import conversion.phi as phi  # noqa: E402
+
+# Phi-3's converter takes tokenizer.json's BPE only for tokenizer_class GPT2Tokenizer (Phi-4); the
+# test tokenizer says PreTrainedTokenizerFast, so it is pointed at the same _set_vocab_gpt2.
+phi.Phi3MiniModel.set_vocab = lambda self: self._set_vocab_gpt2()
 import convert_hf_to_gguf  # noqa: E402
 
 sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outtype", "f32", "--outfile", out]

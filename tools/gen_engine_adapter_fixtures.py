@@ -93,13 +93,19 @@ OUT_DIR = os.path.join(REPO, "tests", "fixtures", "engine_adapters")
 GENERATOR = "tools/gen_engine_adapter_fixtures.py"
 
 ALL_MODELS = ["llama_f32", "llama_bf16", "llama3rope_f32", "mistral_f32", "mistral_bf16",
-              "qwen2_f32", "qwen2_bf16", "qwen3_f32", "qwen3_bf16", "gemma2_f32", "gemma3_f32"]
+              "qwen2_f32", "qwen2_bf16", "qwen3_f32", "qwen3_bf16", "gemma2_f32", "gemma3_f32", "phi3_f32"]
 TWO_ADAPTER_MODELS = ["llama_f32", "qwen2_bf16"]
 PEFT_EMBED_MODELS = ["llama_f32", "qwen2_f32", "qwen3_bf16"]
 MLX_EMBED_MODELS = ["llama_f32", "qwen2_f32"]
 
 ALL_PROJ = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LORA_A = dict(r=4, lora_alpha=8, target_modules=ALL_PROJ)                       # scale 2.0
+# Phi-3 stores q/k/v and gate/up fused: the same adapter on every linear of its layout.
+PHI3_PROJ = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+
+
+def lora_a_for(name):
+    return dict(LORA_A, target_modules=PHI3_PROJ) if model_info(name)["arch"] == "phi3" else LORA_A
 LORA_B = dict(r=2, lora_alpha=2, target_modules=["q_proj", "v_proj", "down_proj"])  # scale 1.0
 TWO_WEIGHTS = {"a": 0.7, "b": -1.3}     # a = peft_lora, b = peft_lora_b
 EMBED_LORA = dict(r=4, lora_alpha=8, target_modules=["embed_tokens", "q_proj"])
@@ -438,7 +444,7 @@ def gen_peft_lora(out, name):
     d = os.path.join(out, name, "peft_lora")
 
     def attempt(seed):
-        build_peft(name, d, LORA_A, seed, ["lora_B"])
+        build_peft(name, d, lora_a_for(name), seed, ["lora_B"])
         return run_prompts(torch_logits_fn(peft_reference_model(name, d)), info["prompts"])
 
     seed, tries, res = search_seed(fixture, attempt, "adapter active")
@@ -489,7 +495,8 @@ def verify_peft_lora(out, name, ref=None):
     base64 = base_params64(name)
     deltas, copies, _, _ = peft_deltas(d, base64)
     assert not copies
-    assert len(deltas) == 7 * load_native(name).config.num_hidden_layers, sorted(deltas)
+    assert len(deltas) == len(lora_a_for(name)["target_modules"]) * load_native(name).config.num_hidden_layers, \
+        sorted(deltas)
     stored = load_logits(os.path.join(d, "reference.safetensors"))
     err = max_diff(stored, "logits_{}", forward_with(name, info["prompts"], base64, deltas))
     assert err <= VERIFY_TOL, (d, err)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GGUF fixtures of the tiny Gemma checkpoints, converted by llama.cpp's convert_hf_to_gguf.py.
+"""GGUF fixtures of the tiny Gemma and Phi-3 checkpoints, converted by llama.cpp's convert_hf_to_gguf.py.
 
 Developer tool (not run by CI). For each NAME in MODELS writes tests/fixtures/models_gguf/:
   NAME.gguf                 tests/fixtures/models/NAME converted with --outtype f32
@@ -12,6 +12,9 @@ Developer tool (not run by CI). For each NAME in MODELS writes tests/fixtures/mo
                             with query_pre_attn_scalar = head_dim, and for Gemma 3 the layer types
                             llama.cpp derives (every 6th layer global). Logits from llama.cpp itself
                             would need a llama.cpp build; these are transformers' for the same weights.
+                            Phi-3: llama.cpp's phi3 loader disables the sliding window whatever the
+                            file says (load_arch_hparams: n_swa = 0), so the reference runs with
+                            sliding_window = None; partial rotary comes as rope.dimension_count.
 
 Usage: python3 tools/gen_family_gguf_fixtures.py LLAMA_CPP_DIR
 """
@@ -25,7 +28,7 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = ["gemma2_f32", "gemma3_f32"]
+MODELS = ["gemma2_f32", "gemma3_f32", "phi3_f32"]
 
 
 def main():
@@ -39,7 +42,10 @@ def main():
         subprocess.run([sys.executable, os.path.join(REPO, "tools", "convert_family_gguf.py"), lcpp, src, gguf_path],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cfg = AutoConfig.from_pretrained(src)
-        cfg.query_pre_attn_scalar = cfg.head_dim
+        if cfg.model_type.startswith("gemma"):
+            cfg.query_pre_attn_scalar = cfg.head_dim
+        if cfg.model_type == "phi3":
+            cfg.sliding_window = None
         if cfg.model_type == "gemma3_text":
             # The converter writes no layer pattern: llama.cpp makes every 6th layer global
             # (set_swa_pattern(6)), so this 3-layer file is local, local, local.
@@ -54,7 +60,8 @@ def main():
                 logits[f"logits_{i}"] = m(input_ids=torch.tensor([p["ids"]])).logits[0].float().contiguous()
         save_file(logits, os.path.join(out, name + ".reference.safetensors"),
                   metadata={"generator": "tools/gen_family_gguf_fixtures.py",
-                            "note": "transformers logits, query_pre_attn_scalar = head_dim (llama.cpp's rule)"})
+                            "note": "transformers logits under llama.cpp's rules (Gemma: query_pre_attn_scalar = head_dim; "
+                                    "Phi-3: no sliding window)"})
         print(name, os.path.getsize(gguf_path), "bytes")
 
 

@@ -116,6 +116,13 @@ MODELS = [
                   rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
                                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
          style="v5", chat_template="gemma.jinja"),
+    # Phi-3: fused qkv_proj / gate_up_proj, partial_rotary_factor 0.5 (RoPE on 8 of each head's 16
+    # dims, as Phi-4-mini rotates 3/4), a sliding window of 4 on every layer (the long prompt drops
+    # positions), 3 layers. Legacy style: partial_rotary_factor at the top level, as 4.x writes it.
+    dict(name="phi3_f32", arch="phi3", tok="tiny_bpe", dtype="f32", tied=False,
+         cfg=dict(rope_theta=10000.0, rms_norm_eps=1e-5, num_hidden_layers=3, partial_rotary_factor=0.5,
+                  sliding_window=4, original_max_position_embeddings=256),
+         style="legacy", chat_template="phi3.jinja"),
 ]
 
 # Prompt texts per tokenizer.  Prompt 1 is the long one (> 20 tokens with either tokenizer).
@@ -145,13 +152,15 @@ def dump_json(obj, path):
 def config_class(arch):
     import transformers as T
     return {"llama": T.LlamaConfig, "mistral": T.MistralConfig, "qwen2": T.Qwen2Config,
-            "qwen3": T.Qwen3Config, "gemma2": T.Gemma2Config, "gemma3_text": T.Gemma3TextConfig}[arch]
+            "qwen3": T.Qwen3Config, "gemma2": T.Gemma2Config, "gemma3_text": T.Gemma3TextConfig,
+            "phi3": T.Phi3Config}[arch]
 
 
 def model_class(arch):
     import transformers as T
     return {"llama": T.LlamaForCausalLM, "mistral": T.MistralForCausalLM, "qwen2": T.Qwen2ForCausalLM,
-            "qwen3": T.Qwen3ForCausalLM, "gemma2": T.Gemma2ForCausalLM, "gemma3_text": T.Gemma3ForCausalLM}[arch]
+            "qwen3": T.Qwen3ForCausalLM, "gemma2": T.Gemma2ForCausalLM, "gemma3_text": T.Gemma3ForCausalLM,
+            "phi3": T.Phi3ForCausalLM}[arch]
 
 
 def tokenizer_info(tok_name):
@@ -281,6 +290,9 @@ def to_legacy_config(path, spec):
         else:
             out[k] = v
     out["rope_theta"] = rp.get("rope_theta")
+    if rp.get("partial_rotary_factor", 1.0) != 1.0:  # 4.x keeps it at the top level (Phi-3/4)
+        out["partial_rotary_factor"] = rp["partial_rotary_factor"]
+    rp = {k: v for k, v in rp.items() if k != "partial_rotary_factor"}
     if rp.get("rope_type", "default") != "default":
         out["rope_scaling"] = {k: v for k, v in rp.items() if k != "rope_theta"}
     else:

@@ -18,6 +18,7 @@
 #include "graft/io/staged_dir.h"
 #include "graft/io/checkpoint_writer.h"
 #include "graft/io/safetensors.h"
+#include "graft/model/fused_projections.h"
 #include "graft/runtime/thread_pool.h"
 
 namespace graft::cli {
@@ -81,7 +82,9 @@ int run_fuse(const FuseArgs& a) {
   opts.policy = policy;
   opts.dtype = dtype;
   opts.parallel = [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn, 16); };
-  auto source = adapter::make_weight_adapter_source(base.source, plan, opts);
+  std::shared_ptr<const io::TensorSource> source = adapter::make_weight_adapter_source(base.source, plan, opts);
+  // A fused family is read split (model/fused_projections.h) and written in its own layout again.
+  if (base.config) source = model::join_fused_projections(source, *base.config);
 
   io::CheckpointWriteOptions w;
   w.dtype = dtype;

@@ -66,8 +66,9 @@ void parse_rope(const json& j, const std::string& path, const FamilyTraits& fam,
   else if (j.contains("rope_local_base_freq"))
     fail_as(ErrorKind::kUnsupported, "config '", path, "': rope_local_base_freq is not supported for ", c.model_type);
   const json* rs = nullptr;
+  std::string key = "rope_scaling";
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) rs = &j["rope_scaling"];
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rs = &j["rope_parameters"];
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rs = &j["rope_parameters"], key = "rope_parameters";
   if (rs && rs->is_object() && (rs->contains("full_attention") || rs->contains("sliding_attention"))) {
     const json* global = rs->contains("full_attention") ? &(*rs)["full_attention"] : nullptr;
     const json* local = rs->contains("sliding_attention") ? &(*rs)["sliding_attention"] : nullptr;
@@ -90,7 +91,12 @@ void parse_rope(const json& j, const std::string& path, const FamilyTraits& fam,
   std::string type = "default";
   if (rs->contains("rope_type") && (*rs)["rope_type"].is_string()) type = (*rs)["rope_type"];
   else if (rs->contains("type") && (*rs)["type"].is_string()) type = (*rs)["type"];
+  key += rs->contains("rope_type") ? ".rope_type" : ".type";
   if (type == "default") return;
+  if (type == "longrope" || type == "su" || type == "yarn")  // Phi-3's long-context variants
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': ", key, " '", type, "' is not supported for ", c.model_type,
+            " (graft runs default, linear and llama3 RoPE; longrope's short/long factor switch and attention",
+            " factor are not implemented, and refusing beats approximating them)");
   auto factor = optional_number(*rs, "factor", path);
   if (!factor || *factor <= 0) fail("config '", path, "': rope scaling '", type, "' needs a positive 'factor'");
   c.rope_scaling.factor = *factor;
@@ -105,7 +111,7 @@ void parse_rope(const json& j, const std::string& path, const FamilyTraits& fam,
     if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
       fail("config '", path, "': llama3 rope scaling needs high_freq_factor > low_freq_factor");
   } else {
-    fail_as(ErrorKind::kUnsupported, "config '", path, "': rope scaling type '", type, "' is not supported for ",
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': ", key, " '", type, "' is not supported for ",
          c.model_type, " (supported: default, linear, llama3); refusing to approximate it");
   }
 }
@@ -178,6 +184,7 @@ void parse_family_operations(const json& j, const std::string& path, const Famil
   c.norm_weight_offset = fam.norm_plus_one ? 1.0f : 0.0f;
   c.scale_embeddings = fam.scale_embeddings;
   c.sandwich_norms = fam.sandwich_norms;
+  c.fused_projections = fam.fused_projections;
   auto family_number = [&](const char* key, bool supported) -> std::optional<double> {
     auto v = optional_number(j, key, path);
     if (v && !supported)
@@ -281,7 +288,11 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
   parse_family_operations(j, path, fam, c);
   if (optional_bool(j, "mlp_bias", path).value_or(false))
     fail_as(ErrorKind::kUnsupported, "config '", path, "': mlp_bias: true is not supported");
-  if (auto p = optional_number(j, "partial_rotary_factor", path); p && *p != 1.0) {
+  // transformers 4 writes partial_rotary_factor at the top level, 5 inside rope_parameters.
+  std::optional<double> partial = optional_number(j, "partial_rotary_factor", path);
+  if (!partial && j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    partial = optional_number(j["rope_parameters"], "partial_rotary_factor", path);
+  if (auto p = partial; p && *p != 1.0) {
     if (!fam.partial_rotary)
       fail_as(ErrorKind::kUnsupported, "config '", path, "': partial_rotary_factor ", *p, " is not supported for ",
               c.model_type, " (only 1.0)");

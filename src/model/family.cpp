@@ -29,6 +29,14 @@ const std::vector<FamilyTraits>& families() {
        .default_activation = Activation::GeluTanh, .norm_plus_one = true, .scale_embeddings = true,
        .sandwich_norms = true, .global_every = 6, .softcapping = true, .query_pre_attn_scalar = true,
        .local_rope_base = true},
+      // Phi-3 (Phi3ForCausalLM; Phi-4 too): Llama's math on fused qkv_proj and gate_up_proj
+      // (split by rows at load), an optional partial rotary factor, sliding_window on every layer.
+      // llama.cpp's phi3 GGUF keeps the fusion (attn_qkv, ffn_up = gate and up) and disables the
+      // sliding window (its load_arch_hparams), so a GGUF file is read without one.
+      {.model_type = "phi3", .attention_bias = false, .qk_norm = false, .default_tie = false,
+       .gguf_permuted_qk = false, .gguf_arch = "phi3", .tied_embedding_adapters = true,
+       .sliding_all_layers = true, .fused_projections = true, .partial_rotary = true,
+       .gguf_sliding_window = false},
   };
   return kFamilies;
 }
@@ -91,8 +99,35 @@ const std::vector<LayerTensorSpec>& sandwich_layer_tensor_specs() {
   return kSpecs;
 }
 
+// Fused layout: the parts keep their Hugging Face names (what the split source exposes) but have no
+// GGUF names of their own (llama.cpp's ffn_up is the fused gate_up there, not the up projection).
+const std::vector<LayerTensorSpec>& fused_layer_tensor_specs() {
+  static const std::vector<LayerTensorSpec> kSpecs = [] {
+    std::vector<LayerTensorSpec> s = layer_tensor_specs();
+    for (auto& spec : s)
+      for (const auto& f : fused_projection_specs())
+        for (LayerTensor r : f.parts)
+          if (spec.role == r) spec.gguf_suffix = "";
+    return s;
+  }();
+  return kSpecs;
+}
+
 const std::vector<LayerTensorSpec>& layer_tensor_specs(const ModelConfig& c) {
+  if (c.fused_projections) return fused_layer_tensor_specs();
   return c.sandwich_norms ? sandwich_layer_tensor_specs() : layer_tensor_specs();
+}
+
+const std::vector<FusedProjectionSpec>& fused_projection_specs() {
+  static const std::vector<FusedProjectionSpec> kFused = {
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight", {LayerTensor::Q, LayerTensor::K, LayerTensor::V}},
+      {"mlp.gate_up_proj.weight", "ffn_up.weight", {LayerTensor::Gate, LayerTensor::Up}},
+  };
+  return kFused;
+}
+
+std::string hf_fused_tensor_name(int64_t layer, const FusedProjectionSpec& spec) {
+  return "model.layers." + std::to_string(layer) + "." + spec.hf_suffix;
 }
 
 namespace {

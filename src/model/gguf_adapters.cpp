@@ -46,6 +46,7 @@ std::map<std::string, std::string> gguf_module_names(const ModelConfig& c) {
   for (int64_t i = 0; i < c.num_layers; ++i)
     for (const auto& s : layer_tensor_specs(c)) {
       std::string g = s.gguf_suffix;
+      if (g.empty()) continue;  // a part of a fused tensor (its aliases: add_gguf_tensor_aliases)
       const size_t dot = g.rfind('.');
       if (g.compare(dot, std::string::npos, ".weight") != 0) continue;  // biases and norms take no LoRA pair
       out["blk." + std::to_string(i) + "." + g.substr(0, dot)] = hf_layer_tensor_name(c, i, s.role);
@@ -58,6 +59,16 @@ std::map<std::string, std::string> gguf_module_names(const ModelConfig& c) {
 void add_gguf_tensor_aliases(adapter::WeightAdapterBindings& b, const ModelConfig& config) {
   for (const auto& [gguf, hf] : gguf_module_names(config))
     if (b.tensor_shape(hf)) b.add_alias(gguf, hf);
+  // llama.cpp's LoRA on a fused tensor (phi3's blk.N.attn_qkv, blk.N.ffn_up) splits by rows, as
+  // the Hugging Face qkv_proj does.
+  if (config.fused_projections)
+    for (int64_t i = 0; i < config.num_layers; ++i)
+      for (const auto& f : fused_projection_specs()) {
+        std::vector<std::string> parts;
+        for (LayerTensor r : f.parts) parts.push_back(hf_layer_tensor_name(i, r));
+        const std::string g = f.gguf_suffix;
+        b.add_fused_split("blk." + std::to_string(i) + "." + g.substr(0, g.rfind('.')), parts);
+      }
 }
 
 std::vector<adapter::AdapterUse> gguf_adapters_for_model(const ModelConfig& config,
@@ -122,6 +133,10 @@ Tensor scaled_f32(const Tensor& t, float s) {
 GgufLoraFile gguf_lora_for_model(const ModelConfig& config, const io::TensorSource& source,
                                  const adapter::AdapterUse& use, std::optional<DType> dtype) {
   const FamilyTraits& fam = family(config.model_type);
+  if (fam.fused_projections)
+    fail_as(ErrorKind::kUnsupported, "writing a GGUF LoRA file is not supported for ", config.model_type,
+            " (llama.cpp's ", fam.gguf_arch, " fuses q/k/v into attn_qkv and gate/up into ffn_up; a pair on one ",
+            "part has no llama.cpp name): use the adapter as it is");
   // Unfused binding: nothing is read from the base, and quantized bases are fine.
   auto plan = bind_model_adapters(config, source, {use}, AdapterPath::Unfused);
   std::map<std::string, std::string> hf_to_gguf;

@@ -7,6 +7,7 @@
 #include "graft/core/error.h"
 #include "graft/io/gguf.h"
 #include "graft/model/family.h"
+#include "graft/model/fused_projections.h"
 #include "graft/model/gguf_adapters.h"
 #include "graft/model/loader.h"
 
@@ -20,9 +21,13 @@ class GgufTensorSource : public io::TensorSource {
       : file_(std::move(file)) {
     std::map<std::string, std::string> gguf_to_hf = {
         {"token_embd.weight", kEmbedName}, {"output_norm.weight", kFinalNormName}, {"output.weight", kLmHeadName}};
-    for (int64_t i = 0; i < c.num_layers; ++i)
+    for (int64_t i = 0; i < c.num_layers; ++i) {
       for (const auto& s : layer_tensor_specs(c))
-        gguf_to_hf["blk." + std::to_string(i) + "." + s.gguf_suffix] = hf_layer_tensor_name(c, i, s.role);
+        if (*s.gguf_suffix) gguf_to_hf["blk." + std::to_string(i) + "." + s.gguf_suffix] = hf_layer_tensor_name(c, i, s.role);
+      if (c.fused_projections)  // split into the parts by model/fused_projections.h
+        for (const auto& f : fused_projection_specs())
+          gguf_to_hf["blk." + std::to_string(i) + "." + f.gguf_suffix] = hf_fused_tensor_name(i, f);
+    }
     for (const auto& t : file_->tensors()) {
       if (t.name == "rope_freqs.weight") continue;  // consumed into the config
       auto it = gguf_to_hf.find(t.name);
@@ -74,6 +79,7 @@ void apply_family_operations(const io::GgufFile& g, const std::string& a, const 
   c.norm_weight_offset = 0.0f;  // llama.cpp's converter already stored Gemma's norms as 1 + w
   c.scale_embeddings = fam.scale_embeddings;
   c.sandwich_norms = fam.sandwich_norms;
+  c.fused_projections = fam.fused_projections;
   if (fam.softcapping) {
     if (auto v = g.optional_float(a + ".attn_logit_softcapping")) c.attn_logit_softcap = *v;
     if (auto v = g.optional_float(a + ".final_logit_softcapping")) c.final_logit_softcap = *v;
@@ -116,7 +122,13 @@ ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
   c.rope_theta = g.optional_float(a + ".rope.freq_base").value_or(10000.0);
   c.qk_norm = fam.qk_norm;
   c.attention_bias = fam.attention_bias || g.find("blk.0.attn_q.bias") != nullptr;
-  if (auto v = g.optional_int(a + ".attention.sliding_window")) c.sliding_window = *v;
+  if (auto v = g.optional_int(a + ".attention.sliding_window"); v && fam.gguf_sliding_window) c.sliding_window = *v;
+  if (fam.partial_rotary)
+    if (auto n = g.optional_int(a + ".rope.dimension_count"); n && *n != c.head_dim) c.rotary_dim = *n;
+  for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"})
+    if (g.find(t))
+      fail_as(ErrorKind::kUnsupported, "GGUF '", g.path(), "': tensor '", t, "' (longrope scaling) is not supported for ",
+              c.model_type, " (graft does not implement longrope's short/long factors)");
   c.pooling_type = g.optional_int(a + ".pooling_type");
   apply_family_operations(g, a, fam, c);
   const std::string scaling = g.optional_string(a + ".rope.scaling.type").value_or("none");
@@ -161,7 +173,8 @@ ModelSource open_gguf_model_source(const std::string& path) {
   auto g = io::GgufFile::open(path);
   const FamilyTraits& fam = family_for_gguf_arch(g->require_string("general.architecture"));
   ModelConfig c = config_from_gguf(*g, fam);
-  return ModelSource{"gguf", c, std::make_shared<GgufTensorSource>(g, c, fam.gguf_permuted_qk), g};
+  std::shared_ptr<io::TensorSource> source = std::make_shared<GgufTensorSource>(g, c, fam.gguf_permuted_qk);
+  return ModelSource{"gguf", c, split_fused_projections(source, c), g};
 }
 
 }  // namespace graft::model

@@ -7,6 +7,7 @@
 #include "graft/adapter/adapted_source.h"
 #include "graft/core/error.h"
 #include "graft/io/json_file.h"
+#include "graft/model/fused_projections.h"
 #include "graft/model/model_adapters.h"
 #include "graft/text/gguf_tokenizer.h"
 
@@ -86,6 +87,11 @@ ModelSource open_model_source(const std::string& path) {
   if (static_cast<uint64_t>(c.num_layers) > source->names().size())
     fail("config '", cfg.string(), "': num_hidden_layers is ", c.num_layers, " but the checkpoint holds only ",
          source->names().size(), " tensors");
+  if (c.quantization && c.fused_projections)
+    fail_as(ErrorKind::kUnsupported, "config '", cfg.string(), "': quantization is not supported for ", c.model_type,
+            " (an mlx-lm quantized checkpoint of fused qkv_proj/gate_up_proj is not implemented; use the dense ",
+            "checkpoint, or a GGUF file)");
+  source = split_fused_projections(source, c);
   if (c.quantization) source = std::make_shared<QuantizedCheckpointSource>(source, *c.quantization);
   return ModelSource{"safetensors", c, source, nullptr};
 }

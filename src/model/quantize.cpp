@@ -113,6 +113,9 @@ QuantizeResult quantize_checkpoint(const std::string& model_dir, const std::stri
   if (src.format != "safetensors")
     fail_as(ErrorKind::kUnsupported, "quantize: '", model_dir, "' is a ", src.format,
          " file; graft quantize reads a dense Hugging Face directory (config.json + safetensors)");
+  if (src.config.fused_projections)  // the loader refuses quantized checkpoints of these (model/loader.cpp)
+    fail_as(ErrorKind::kUnsupported, "quantize: '", model_dir, "' is a ", src.config.model_type,
+            " checkpoint; quantizing its fused qkv_proj/gate_up_proj is not supported");
   if (src.config.quantization) fail_as(ErrorKind::kBadRequest, "quantize: '", model_dir, "' is already quantized (config.json has a quantization block)");
   if (fs::exists(out_dir) && fs::exists(model_dir) && fs::equivalent(out_dir, model_dir))
     fail_as(ErrorKind::kBadRequest, "quantize: --out must differ from --model");

@@ -74,6 +74,18 @@ expect_error fuse-wrong-base "does not match the base" -- fuse --base "$SRC/test
 expect_error fuse-bad-scale "is not a finite number" 2 fuse --base "$TINY" --adapter "$PEFT:abc" --out "$TMP/never"
 expect_error fuse-bad-policy "RankWiseF32" -- fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/never" --policy Fancy
 expect_error fuse-existing-out "not empty" 2 fuse --base "$TINY" --adapter "$PEFT" --out "$TMP/fused"
+# Phi-3: fuse writes the fused qkv_proj / gate_up_proj names again (what transformers reads), and the
+# fused checkpoint generates what --lora on the base generates.
+PHI3=$SRC/tests/fixtures/models/phi3_f32
+PHI3_PEFT=$SRC/tests/fixtures/engine_adapters/phi3_f32/peft_lora
+"$GRAFT" fuse --base "$PHI3" --adapter "$PHI3_PEFT" --out "$TMP/phi3_fused" >"$TMP/out" 2>"$TMP/err" || fail "fuse phi3: $(cat "$TMP/err")"
+head -c 4096 "$TMP/phi3_fused/model.safetensors" | grep -aq 'model.layers.2.self_attn.qkv_proj.weight' \
+  && head -c 4096 "$TMP/phi3_fused/model.safetensors" | grep -aq 'model.layers.2.mlp.gate_up_proj.weight' \
+  || fail "fuse phi3 did not write the fused tensor names"
+head -c 4096 "$TMP/phi3_fused/model.safetensors" | grep -aq 'q_proj.weight' && fail "fuse phi3 wrote split q_proj tensors"
+"$GRAFT" generate -m "$TMP/phi3_fused" -p "Hello world" --temp 0 -n 8 >"$TMP/phi3_a" 2>"$TMP/err" || fail "generate phi3 fused: $(cat "$TMP/err")"
+"$GRAFT" generate -m "$PHI3" -p "Hello world" --temp 0 -n 8 --lora "$PHI3_PEFT" >"$TMP/phi3_b" 2>"$TMP/err" || fail "generate phi3 --lora: $(cat "$TMP/err")"
+cmp -s "$TMP/phi3_a" "$TMP/phi3_b" || fail "phi3: fused checkpoint and --lora generate different text"
 expect_error inspect-missing "no such file or directory" -- inspect "$TMP/no-adapter"
 for sub in inspect fuse quantize convert; do "$GRAFT" $sub --help >/dev/null || fail "graft $sub --help"; done
 

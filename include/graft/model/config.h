@@ -45,7 +45,7 @@ struct QuantizationConfig {
 };
 
 struct ModelConfig {
-  std::string model_type;  // llama | mistral | qwen2 | qwen3
+  std::string model_type;  // a row of model/family.h's table
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
@@ -82,6 +82,9 @@ struct ModelConfig {
   std::vector<bool> sliding_layers;
   std::optional<double> rope_local_theta;  // Gemma 3: the sliding layers' RoPE base (no scaling)
   int64_t rotary_dim = 0;                  // dims of each head RoPE rotates (0: all; Phi-3 partial)
+  // Phi-3: the checkpoint stores qkv_proj and gate_up_proj; the weights are read split by rows
+  // (model/fused_projections.h), so the forward pass sees Llama's q, k, v, gate, up.
+  bool fused_projections = false;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

@@ -42,6 +42,9 @@ struct FamilyTraits {
   // Phi-3: q/k/v stored as one qkv_proj and gate/up as one gate_up_proj (split by rows at load).
   bool fused_projections = false;
   bool partial_rotary = false;        // partial_rotary_factor < 1 is implemented
+  // llama.cpp reads GGUF attention.sliding_window for this arch (false for phi3: its loader sets
+  // the window to 0 whatever the file says, so a GGUF file runs full attention as llama.cpp does).
+  bool gguf_sliding_window = true;
 };
 
 // The table of supported families; lookup throws listing the supported names.
@@ -61,8 +64,20 @@ struct LayerTensorSpec {
   const char* gguf_suffix; // after "blk.{i}."
 };
 
+// A projection some families store fused: the rows of the parts, concatenated in this order
+// (Phi-3: qkv_proj = q, k, v; gate_up_proj = gate, up). Loading splits it by rows into the Llama
+// names, writing (`graft fuse`) joins the parts again.
+struct FusedProjectionSpec {
+  const char* hf_suffix;    // after "model.layers.{i}."
+  const char* gguf_suffix;  // after "blk.{i}." (llama.cpp's phi3: attn_qkv, ffn_up holding gate and up)
+  std::vector<LayerTensor> parts;
+};
+const std::vector<FusedProjectionSpec>& fused_projection_specs();
+std::string hf_fused_tensor_name(int64_t layer, const FusedProjectionSpec& spec);
+
 // The Llama layout (every family's projections have these names); the config's own layout (norm
-// names differ under sandwich_norms) through the overloads taking a config.
+// names differ under sandwich_norms; a fused_projections config has no GGUF names of its own for
+// the parts, gguf_suffix "") through the overloads taking a config.
 const std::vector<LayerTensorSpec>& layer_tensor_specs();
 const std::vector<LayerTensorSpec>& layer_tensor_specs(const ModelConfig& c);
 std::string hf_layer_tensor_name(int64_t layer, LayerTensor role);
