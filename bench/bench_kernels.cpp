@@ -22,7 +22,7 @@
 
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
-#include "graft/runtime/ops.h"
+#include "graft/compute/ops.h"
 
 namespace {
 

@@ -19,7 +19,7 @@
 #include "graft/io/checkpoint_writer.h"
 #include "graft/io/safetensors.h"
 #include "graft/model/fused_projections.h"
-#include "graft/runtime/thread_pool.h"
+#include "graft/compute/thread_pool.h"
 
 namespace graft::cli {
 

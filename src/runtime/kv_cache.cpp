@@ -6,7 +6,7 @@
 #include "graft/core/ascii.h"
 #include "graft/core/error.h"
 #include "graft/core/tensor.h"
-#include "graft/runtime/ops.h"
+#include "graft/compute/ops.h"
 
 namespace graft::runtime {
 

@@ -9,7 +9,7 @@
 #include "graft/core/gguf_quantize.h"
 #include "graft/model/family.h"
 #include "graft/model/model_adapters.h"
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 
 namespace graft::runtime {
 

@@ -1,135 +1,22 @@
-// matmul(): validation, ISA choice, threading, and the scalar reference.
+// matmul() on a model::Matrix (dispatch by format: dense, GGUF blocks as stored or interleaved, mlx
+// affine), matmul_many, and preparing a model's matrices for the CPU's kernels.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <exception>
 #include <functional>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "graft/core/error.h"
 #include "graft/runtime/kernels.h"
 #include "graft/model/weights.h"
-#include "runtime/interleaved_blocks.h"
-#include "runtime/matmul_internal.h"
-#include "runtime/matmul_q8.h"
+#include "compute/interleaved_blocks.h"
+#include "compute/matmul_internal.h"
+#include "compute/matmul_q8.h"
 
 namespace graft::runtime {
-
-namespace detail {
-
-bool isa_supported(Isa isa) {
-  switch (isa) {
-    case Isa::Avx2:
-      // F16C is part of x86-64-v3, the build's baseline, so it needs no check here (and clang 14
-      // has no "f16c" string for __builtin_cpu_supports).
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case Isa::Avx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl");
-  }
-  return false;
-}
-
-namespace {
-Isa detect_isa() {
-  // GRAFT_MATMUL_ISA=avx2 forces the baseline kernels (for comparisons on AVX-512 machines).
-  const char* env = std::getenv("GRAFT_MATMUL_ISA");
-  if (env && std::strcmp(env, "avx2") == 0) return Isa::Avx2;
-  return isa_supported(Isa::Avx512) ? Isa::Avx512 : Isa::Avx2;
-}
-}  // namespace
-
-Isa best_isa() {
-  static const Isa isa = detect_isa();
-  return isa;
-}
-
-void matmul_cols(Isa isa, const MatmulArgs& a, int64_t j0, int64_t j1) {
-  if (isa == Isa::Avx512)
-    matmul_cols_avx512(a, j0, j1);
-  else
-    matmul_cols_avx2(a, j0, j1);
-}
-
-int64_t prefill_col_block(int64_t k, int64_t elem_bytes, int64_t nr) {
-  const int64_t rows = (256 * 1024) / std::max<int64_t>(1, k * elem_bytes);
-  return std::max<int64_t>(nr, rows / nr * nr);
-}
-
-}  // namespace detail
-
-namespace {
-
-void check_args(const char* who, const float* x, int64_t m, int64_t k, const Tensor& w,
-                const float* y) {
-  if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16 && !detail::quant_format(w.dtype))
-    fail(who, ": weight dtype ", dtype_name(w.dtype), " is not supported (F32, F16, BF16 or a GGUF block format)");
-  if (w.shape.size() != 2 || w.shape[1] != k)
-    fail(who, ": weight shape ", shape_str(w.shape), " does not match [n, k] with k = ", k);
-  if (m < 0) fail(who, ": m = ", m, " is negative");
-  if (m > 0 && w.shape[0] > 0 && (!y || !w.data || (k > 0 && !x)))
-    fail(who, ": null x, weight or output pointer");
-}
-
-// Columns per parallel_for unit: a multiple of every kernel's tile width, so chunks cut on tile
-// boundaries (results do not depend on the cut; this only avoids narrow tail tiles).
-constexpr int64_t kColUnit = 24;
-// Below this many multiply-adds per chunk the dispatch costs more than it saves.
-constexpr int64_t kMinChunkWork = 32 * 1024;
-
-// The dense F32 kernels over w's columns, split over the pool (GGUF blocks: dequantized tile by
-// tile, Activations::F32).
-void matmul_f32_activations(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
-                            bool accumulate, const ColumnEpilogue* epilogue) {
-  const int64_t n = w.shape[0];
-  if (m == 0 || n == 0) return;
-  const detail::MatmulArgs a{x, m, k, n, w.data, w.dtype, y, accumulate};
-  const detail::Isa isa = detail::best_isa();
-  const int64_t units = (n + kColUnit - 1) / kColUnit;
-  const int64_t unit_work = std::max<int64_t>(1, m * std::max<int64_t>(k, 1) * kColUnit);
-  const int64_t grain = std::max<int64_t>(1, kMinChunkWork / unit_work);
-  pool.parallel_for(
-      units,
-      [&](int64_t u0, int64_t u1) {
-        detail::matmul_cols(isa, a, u0 * kColUnit, std::min(n, u1 * kColUnit));
-        if (epilogue) (*epilogue)(u0 * kColUnit, std::min(n, u1 * kColUnit));
-      },
-      grain);
-}
-
-}  // namespace
-
-void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
-            bool accumulate, const ColumnEpilogue* epilogue) {
-  check_args("matmul", x, m, k, w, y);
-  if (m == 0 || w.shape[0] == 0) return;
-  if (dtype_is_quantized(w.dtype))
-    return detail::matmul_blocks(pool, detail::best_q8_kernel(), x, m, k, w, y, accumulate, epilogue);
-  matmul_f32_activations(pool, x, m, k, w, y, accumulate, epilogue);
-}
-
-void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
-                      bool accumulate) {
-  check_args("matmul_reference", x, m, k, w, y);
-  const int64_t n = w.shape[0];
-  std::vector<float> row(static_cast<size_t>(k));
-  for (int64_t j = 0; j < n; ++j) {
-    convert_to_f32(w.dtype, static_cast<const uint8_t*>(w.data) + dtype_bytes(w.dtype, j * k),
-                   row.data(), k);
-    for (int64_t i = 0; i < m; ++i) {
-      // Double accumulation: the reference is (nearly) the exact dot product, so a test's error
-      // bound covers only the fast path's F32 rounding.
-      double s = 0;
-      for (int64_t t = 0; t < k; ++t) s += static_cast<double>(x[i * k + t]) * row[t];
-      float& out = y[i * n + j];
-      out = accumulate ? static_cast<float>(out + s) : static_cast<float>(s);
-    }
-  }
-}
 
 namespace {
 // Columns per parallel_for unit when a call includes interleaved weights: one 16-row group.
@@ -147,7 +34,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
     const detail::Q8Kernel q8 = detail::best_q8_kernel();
     detail::prepare_interleaved(act, q8, pool);
     const int64_t groups = b.groups();
-    const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
+    const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
     pool.parallel_for(
         groups,
         [&](int64_t g0, int64_t g1) {
@@ -160,10 +47,9 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
   }
   if (w.quantized())
     matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
-  else if (w.f32_activations) {
-    check_args("matmul", x, m, w.cols, w.dense, y);
+  else if (w.f32_activations)
     matmul_f32_activations(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
-  } else
+  else
     matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
 }
 
@@ -195,7 +81,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
       block_types.push_back(w.dense.dtype);
     }
     else
-      check_args("matmul", x, m, k, w.dense, targets[i].y);
+      detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y);
     start[i + 1] = start[i] + w.rows;
     if (i + 1 == n_first) start[i + 1] = (start[i + 1] + kGroupCols - 1) / kGroupCols * kGroupCols;
   }
@@ -229,7 +115,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   // one thread runs every chunk.
   const int64_t first_end = start[n_first], first_units = first_end / kGroupCols;
   const int64_t units = (start.back() - first_end + kGroupCols - 1) / kGroupCols;
-  const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
+  const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
   std::atomic<int64_t> next{0}, done{0};
   std::atomic<bool> ready{first_units == 0};
   std::exception_ptr first_error;
@@ -287,9 +173,5 @@ int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool, Activations a)
     for (model::Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += prepare_matrix(*m, pool, a);
   return bytes;
 }
-
-const char* matmul_q8_kernel() { return detail::q8_kernel_name(detail::best_q8_kernel()); }
-
-const char* matmul_isa() { return detail::best_isa() == detail::Isa::Avx512 ? "avx512" : "avx2"; }
 
 }  // namespace graft::runtime

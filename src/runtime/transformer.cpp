@@ -7,7 +7,7 @@
 
 #include "graft/core/error.h"
 #include "graft/runtime/kernels.h"
-#include "graft/runtime/ops.h"
+#include "graft/compute/ops.h"
 
 namespace graft::runtime {
 

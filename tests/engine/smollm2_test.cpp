@@ -17,7 +17,7 @@
 #include "graft/model/loader.h"
 #include "graft/engine/generate.h"
 #include "graft/runtime/kernels.h"
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 #include "runtime/run_util.h"
 #include "test_paths.h"
 

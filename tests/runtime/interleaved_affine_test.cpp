@@ -27,7 +27,7 @@
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
 #include "q8_test_util.h"
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 
 namespace graft::runtime::detail {
 namespace {

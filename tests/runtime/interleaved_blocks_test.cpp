@@ -13,7 +13,7 @@
 //     other q8 kernels meet, with a check that the error uses a real part of it;
 //   - rows of a prefill against the same rows alone, 1 against 3 threads, matmul_many against one
 //     matmul per target: exact.
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 
 #include "graft/core/error.h"
 #include "graft/runtime/kv_cache.h"
-#include "graft/runtime/ops.h"
+#include "graft/compute/ops.h"
 
 namespace graft::runtime {
 namespace {

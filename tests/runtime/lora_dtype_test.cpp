@@ -33,7 +33,7 @@
 #include "graft/runtime/kernels.h"
 #include "graft/runtime/lora.h"
 #include "run_util.h"
-#include "runtime/matmul_q8.h"
+#include "compute/matmul_q8.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

@@ -12,7 +12,7 @@
 
 #include "graft/core/tensor.h"
 #include "graft/runtime/kernels.h"
-#include "runtime/matmul_internal.h"
+#include "compute/matmul_internal.h"
 
 namespace graft::runtime::detail {
 namespace {
@@ -51,7 +51,7 @@ struct Emu16 {
   }
 };
 
-#include "runtime/matmul_kernels.inc"
+#include "compute/matmul_kernels.inc"
 
 #undef GRAFT_KATTR
 

@@ -22,8 +22,8 @@
 #include "graft/core/error.h"
 #include "graft/core/gguf_blocks.h"
 #include "graft/runtime/kernels.h"
-#include "graft/runtime/thread_pool.h"
-#include "runtime/matmul_q8.h"
+#include "graft/compute/thread_pool.h"
+#include "compute/matmul_q8.h"
 #include "q8_test_util.h"
 
 namespace graft::runtime::detail {

@@ -12,7 +12,7 @@
 #include "graft/core/gguf_blocks.h"
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
-#include "runtime/matmul_internal.h"
+#include "compute/matmul_internal.h"
 
 namespace graft::runtime {
 namespace {

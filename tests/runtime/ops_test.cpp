@@ -8,7 +8,7 @@
 
 #include "graft/core/dtype.h"
 #include "graft/core/tensor.h"
-#include "graft/runtime/ops.h"
+#include "graft/compute/ops.h"
 
 namespace graft::runtime {
 namespace {

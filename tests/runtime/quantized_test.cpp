@@ -32,7 +32,7 @@
 #include "graft/runtime/lora.h"
 #include "graft/runtime/transformer.h"
 #include "run_util.h"
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

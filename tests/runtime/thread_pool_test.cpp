@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "graft/runtime/thread_pool.h"
+#include "graft/compute/thread_pool.h"
 
 namespace graft::runtime {
 namespace {

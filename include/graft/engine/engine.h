@@ -13,7 +13,7 @@
 #include "graft/engine/step.h"
 #include "graft/model/loader.h"
 #include "graft/runtime/kernels.h"
-#include "graft/runtime/thread_pool.h"
+#include "graft/compute/thread_pool.h"
 #include "graft/runtime/transformer.h"
 
 namespace graft::engine {

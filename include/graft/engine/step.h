@@ -9,7 +9,7 @@
 
 #include "graft/engine/sequence.h"
 #include "graft/runtime/lora.h"
-#include "graft/runtime/thread_pool.h"
+#include "graft/compute/thread_pool.h"
 #include "graft/runtime/transformer.h"
 
 namespace graft::engine {

@@ -30,7 +30,7 @@
 #include "graft/model/config.h"
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
-#include "graft/runtime/thread_pool.h"
+#include "graft/compute/thread_pool.h"
 
 namespace graft::runtime {
 

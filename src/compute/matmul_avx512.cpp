@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "graft/core/tensor.h"
-#include "runtime/matmul_internal.h"
-#include "runtime/q8_simd.h"
+#include "compute/matmul_internal.h"
+#include "compute/q8_simd.h"
 
 namespace graft::runtime::detail {
 namespace {
@@ -62,7 +62,7 @@ struct Avx512 {
   }
 };
 
-#include "runtime/matmul_kernels.inc"
+#include "compute/matmul_kernels.inc"
 
 #undef GRAFT_KATTR
 }  // namespace

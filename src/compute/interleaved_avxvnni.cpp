@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 
 namespace graft::runtime::detail {
 
@@ -17,7 +17,7 @@ namespace graft::runtime::detail {
 
 namespace {
 
-#include "runtime/interleaved_256.inc"
+#include "compute/interleaved_256.inc"
 
 struct VnniDot {
   static constexpr int32_t kQ8Shift = 0;

@@ -7,7 +7,7 @@
 // of its own: every decision comes from that word, and a successful compare-and-swap on it proves
 // the job (and so the fn/n it read before) is still the current one. The caller returns when every chunk has finished, without waiting for sleeping workers
 // to wake; a late worker finds nothing left and goes back to waiting.
-#include "graft/runtime/thread_pool.h"
+#include "graft/compute/thread_pool.h"
 
 #include "graft/core/error.h"
 

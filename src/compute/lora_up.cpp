@@ -10,9 +10,9 @@
 
 #include "graft/core/dtype.h"
 #include "graft/core/error.h"
-#include "graft/runtime/kernels.h"
-#include "runtime/matmul_internal.h"
-#include "runtime/matmul_q8.h"
+#include "graft/compute/kernels.h"
+#include "compute/matmul_internal.h"
+#include "compute/matmul_q8.h"
 
 namespace graft::runtime {
 

@@ -2,8 +2,8 @@
 // integer kernels, kernel choice, and the driver (unpack each weight row once per call, then dot it
 // with every activation row: decode streams the rows once, prefill reuses each unpacked row across
 // all prompt rows).
-#include "runtime/matmul_q8.h"
-#include "runtime/q8_simd.h"
+#include "compute/matmul_q8.h"
+#include "compute/q8_simd.h"
 
 #include <cpuid.h>
 #include <immintrin.h>

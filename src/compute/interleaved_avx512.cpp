@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 
 namespace graft::runtime::detail {
 

@@ -4,8 +4,8 @@
 // Eight F32 lanes in the order of q8_dot_scalar8, so the result equals AVX2's bit for bit.
 #include <immintrin.h>
 
-#include "runtime/matmul_q8.h"
-#include "runtime/q8_simd.h"
+#include "compute/matmul_q8.h"
+#include "compute/q8_simd.h"
 
 namespace graft::runtime::detail {
 

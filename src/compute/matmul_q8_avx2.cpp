@@ -4,8 +4,8 @@
 // in the order of q8_dot_scalar8.
 #include <immintrin.h>
 
-#include "runtime/matmul_q8.h"
-#include "runtime/q8_simd.h"
+#include "compute/matmul_q8.h"
+#include "compute/q8_simd.h"
 
 namespace graft::runtime::detail {
 

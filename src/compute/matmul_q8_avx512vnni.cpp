@@ -10,8 +10,8 @@
 #endif
 #include <immintrin.h>
 
-#include "runtime/matmul_q8.h"
-#include "runtime/q8_simd.h"
+#include "compute/matmul_q8.h"
+#include "compute/q8_simd.h"
 
 namespace graft::runtime::detail {
 

@@ -10,7 +10,7 @@
 
 #include "graft/core/error.h"
 #include "graft/core/gguf_blocks.h"
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 
 namespace graft::runtime {
 

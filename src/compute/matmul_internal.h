@@ -1,8 +1,9 @@
-// Internal to the runtime layer: the per-ISA matmul kernels behind graft::runtime::matmul().
+// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): the per-ISA matmul kernels behind graft::runtime::matmul().
 #pragma once
 #include <cstdint>
 
 #include "graft/core/dtype.h"
+#include "graft/core/tensor.h"
 
 namespace graft::runtime::detail {
 
@@ -38,5 +39,11 @@ void matmul_cols_avx512(const MatmulArgs& a, int64_t j0, int64_t j1);
 // Weight rows per prefill column group: a multiple of `nr` whose k * elem_bytes-byte rows fill
 // about a quarter of Zen 4's 1 MiB L2, leaving room for the x rows streaming past.
 int64_t prefill_col_block(int64_t k, int64_t elem_bytes, int64_t nr);
+
+// Fails naming `who` unless w is a supported [n, k] weight and the pointers are usable.
+void check_matmul_args(const char* who, const float* x, int64_t m, int64_t k, const Tensor& w, const float* y);
+
+// Below this many multiply-adds per parallel_for chunk the dispatch costs more than it saves.
+constexpr int64_t kMinChunkWork = 32 * 1024;
 
 }  // namespace graft::runtime::detail

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 
 namespace graft::runtime::detail {
 
@@ -14,7 +14,7 @@ namespace graft::runtime::detail {
 
 namespace {
 
-#include "runtime/interleaved_256.inc"
+#include "compute/interleaved_256.inc"
 
 // No pair may saturate (activations are clamped to ±127):
 //   Nibbles (Q4_0, Q4_1, affine 4-bit: u = the nibble, 0..15): a maddubs pair is at most

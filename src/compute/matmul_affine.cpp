@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "graft/core/error.h"
-#include "graft/runtime/kernels.h"
-#include "runtime/matmul_internal.h"
+#include "graft/compute/kernels.h"
+#include "compute/matmul_internal.h"
 
 namespace graft::runtime {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "graft/core/error.h"
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 
 namespace graft::runtime {
 

@@ -1,7 +1,7 @@
 // Weights interleaved 16 rows at a time: the copy of GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 made at load, its inverse
 // (tests), the scalar model of the block-model kernel (every kind), and the column driver. The copy of
 // mlx affine matrices is interleaved_affine.cpp.
-#include "runtime/interleaved_blocks.h"
+#include "compute/interleaved_blocks.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // Vector ops of the forward pass (AVX2/FMA, the x86-64-v3 baseline). Tails use masked loads and
 // stores, so a tail element goes through exactly the same arithmetic as a full-vector element.
-#include "graft/runtime/ops.h"
+#include "graft/compute/ops.h"
 
 #include <immintrin.h>
 

@@ -22,9 +22,9 @@
 #include <cstring>
 
 #include "graft/core/gguf_blocks.h"
-#include "runtime/matmul_q8.h"
-#include "runtime/q8_simd.h"
-#include "runtime/quant_formats.h"
+#include "compute/matmul_q8.h"
+#include "compute/q8_simd.h"
+#include "compute/quant_formats.h"
 
 namespace graft::runtime::detail {
 

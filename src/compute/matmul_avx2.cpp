@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "graft/core/tensor.h"
-#include "runtime/matmul_internal.h"
+#include "compute/matmul_internal.h"
 
 namespace graft::runtime::detail {
 namespace {
@@ -59,7 +59,7 @@ struct Avx2 {
   }
 };
 
-#include "runtime/matmul_kernels.inc"
+#include "compute/matmul_kernels.inc"
 
 #undef GRAFT_KATTR
 }  // namespace

@@ -4,7 +4,7 @@
 #include <immintrin.h>
 
 #include "graft/core/gguf_blocks.h"
-#include "runtime/quant_formats.h"
+#include "compute/quant_formats.h"
 
 namespace graft::runtime::detail {
 

@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "graft/core/gguf_blocks.h"
-#include "runtime/q8_simd.h"
-#include "runtime/quant_formats.h"
+#include "compute/q8_simd.h"
+#include "compute/quant_formats.h"
 
 namespace graft::runtime::detail {
 
