@@ -193,6 +193,17 @@ void fill_byte_classes(Grammar& g) {
   g.byte_class_count = next;
 }
 
+void fill_element_chains(Grammar& g) {
+  for (const GrammarRule& r : g.rules) {
+    if (r.chain == 0) continue;
+    if (g.element_chain.empty()) g.element_chain.resize(g.elements.size());
+    for (uint32_t e = r.alts[0];; ++e) {
+      g.element_chain[e] = {r.chain, r.chain_k, e - r.alts[0]};
+      if (g.elements[e].kind == GrammarElement::Kind::kEnd) break;
+    }
+  }
+}
+
 }  // namespace
 
 void check_grammar(Grammar& g, std::string_view root,
@@ -215,6 +226,7 @@ void check_grammar(Grammar& g, std::string_view root,
   }
   check_left_recursion(g);
   fill_byte_classes(g);
+  fill_element_chains(g);
 }
 
 std::shared_ptr<const Grammar> parse_grammar(std::string_view text, std::string_view root) {

@@ -1,6 +1,7 @@
 // TokenTrie and GrammarMatcher: the vocabulary walk that builds a token mask, and advancing a
 // sequence's state over the bytes of the chosen token.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "engine/grammar_stacks.h"
@@ -48,6 +49,81 @@ void TokenTrie::close(std::vector<uint32_t>& path) {
   if (!path.empty()) below_[path.back()] |= below_[n] | (uint64_t{1} << byte_bucket(nodes_[n].byte));
 }
 
+// The last kEntries masks by StackSpace::mask_key, as bits (6 KB each for a 49k vocabulary),
+// replaced oldest first. Tied to one trie: another (or a changed one) clears it.
+class MaskCache {
+ public:
+  static constexpr size_t kEntries = 32;
+
+  void use(const TokenTrie& trie) {
+    if (trie_ == &trie && tokens_ == trie.size() && nodes_ == trie.node_count()) return;
+    entries_.clear();
+    next_ = 0;
+    trie_ = &trie;
+    tokens_ = trie.size();
+    nodes_ = trie.node_count();
+  }
+  std::vector<uint64_t>& key() { return key_; }
+
+  bool find(std::vector<uint8_t>& allowed) {
+    hash_ = hash(key_);
+    for (const Entry& e : entries_)
+      if (e.hash == hash_ && e.key == key_) {
+        unpack(e.bits, allowed);
+        return true;
+      }
+    return false;
+  }
+  void store(const std::vector<uint8_t>& allowed) {
+    if (entries_.size() < kEntries) entries_.emplace_back();
+    Entry& e = entries_[next_];
+    next_ = (next_ + 1) % kEntries;
+    e.key = key_;
+    e.hash = hash_;
+    pack(allowed, e.bits);
+  }
+
+ private:
+  struct Entry {
+    std::vector<uint64_t> key, bits;
+    uint64_t hash = 0;
+  };
+  static uint64_t hash(const std::vector<uint64_t>& key) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint64_t v : key) h = (h ^ v) * 0x100000001b3ull;
+    return h;
+  }
+  // 8 mask bytes (each 0 or 1) to 8 bits and back.
+  static void pack(const std::vector<uint8_t>& allowed, std::vector<uint64_t>& bits) {
+    const size_t n = allowed.size();
+    bits.assign((n + 63) / 64, 0);
+    for (size_t i = 0; i < n; i += 8) {
+      uint64_t v = 0;
+      std::memcpy(&v, allowed.data() + i, std::min<size_t>(8, n - i));
+      const uint64_t b = ((v & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56;  // byte j -> bit j
+      bits[i / 64] |= b << (i % 64);
+    }
+  }
+  static void unpack(const std::vector<uint64_t>& bits, std::vector<uint8_t>& allowed) {
+    const size_t n = allowed.size();
+    for (size_t i = 0; i < n; i += 8) {
+      const uint64_t b = (bits[i / 64] >> (i % 64)) & 0xFF;
+      // Byte j keeps bit j of b (b copied to every byte, masked); adding 0x7F sets a byte's top
+      // bit exactly when it is not zero, without carrying into the next byte.
+      const uint64_t x = (b * 0x0101010101010101ull) & 0x8040201008040201ull;
+      const uint64_t v = ((x + 0x7F7F7F7F7F7F7F7Full) >> 7) & 0x0101010101010101ull;  // bit j -> byte j
+      std::memcpy(allowed.data() + i, &v, std::min<size_t>(8, n - i));
+    }
+  }
+
+  const TokenTrie* trie_ = nullptr;
+  size_t tokens_ = 0, nodes_ = 0;
+  std::vector<Entry> entries_;
+  size_t next_ = 0;
+  uint64_t hash_ = 0;
+  std::vector<uint64_t> key_;
+};
+
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
     : grammar_(std::move(grammar)), space_(std::make_unique<StackSpace>(*grammar_)) {
   state_ = space_->start();
@@ -80,6 +156,21 @@ void GrammarMatcher::compact_if_large() const {
 void GrammarMatcher::allowed_tokens(const TokenTrie& trie, std::vector<uint8_t>& allowed) const {
   allowed.assign(trie.size(), 0);
   compact_if_large();
+  StackSpace& space = *space_;
+  if (!masks_) masks_ = std::make_unique<MaskCache>();
+  masks_->use(trie);
+  // Past the longest token no token can reach the end of a repetition (see mask_key).
+  const uint32_t clamp = std::min<uint32_t>(trie.max_depth_ + 1, (1u << 24) - 1);
+  space.mask_key(state_, clamp, masks_->key());
+  if (masks_->find(allowed)) {
+    ++cached_masks_used_;
+    return;
+  }
+  walk_trie(trie, allowed);
+  masks_->store(allowed);
+}
+
+void GrammarMatcher::walk_trie(const TokenTrie& trie, std::vector<uint8_t>& allowed) const {
   StackSpace& space = *space_;
   const TokenTrie::Node* nodes = trie.nodes_.data();
   const uint32_t* tokens = trie.tokens_.data();

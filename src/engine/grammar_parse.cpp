@@ -336,10 +336,13 @@ class Parser {
       return;
     }
     uint32_t prev = 0;
+    const uint32_t chain = ++chains_;
     for (uint32_t k = 1; k <= hi - lo; ++k) {
       Alts a = k == 1 ? Alts{{one}, {}} : Alts{{one, ref(prev, at)}, {}};
       count(a[0].size() + 1, at);
       prev = new_rule(std::move(a), rule, at);
+      g_.rules[prev].chain = chain;
+      g_.rules[prev].chain_k = k;
     }
     if (hi > lo) seq.push_back(ref(prev, at));
   }
@@ -458,6 +461,7 @@ class Parser {
   size_t elements_ = 0;
   std::unordered_map<std::string, uint32_t> ids_;
   std::vector<Alts> bodies_;
+  uint32_t chains_ = 0;  // bounded repetitions lowered so far
   std::vector<bool> defined_;
   std::vector<uint32_t> first_use_;
   struct RangesHash {

@@ -25,6 +25,9 @@ struct GrammarRule {
   std::string name;        // the user's rule name; a generated rule carries its owner's
   uint32_t source = 0;     // offset of the definition (or of the group / repetition)
   bool generated = false;  // made for a group or a repetition
+  // A link R_k ::= x R_(k-1) | ε of a bounded repetition's chain (x{m,n}): the chain's id (1-based,
+  // 0 for every other rule) and k, the copies of x this link still allows.
+  uint32_t chain = 0, chain_k = 0;
   std::vector<uint32_t> alts;  // index of each alternative's first element
 };
 
@@ -50,6 +53,14 @@ class Grammar {
   // alone (a lead or continuation byte of UTF-8), except those never valid in UTF-8, which share one.
   std::array<uint8_t, 256> byte_class{};
   uint32_t byte_class_count = 0;
+  // Per element of a chain link's first alternative (x R_(k-1)): its chain, k and offset in the
+  // alternative; {0, 0, 0} elsewhere, and empty when the grammar has no bounded repetition. Links
+  // of one chain differ only in k, so a matcher can treat positions with k past the longest token
+  // alike (StackSpace::mask_key).
+  struct ChainLink {
+    uint32_t chain = 0, k = 0, offset = 0;
+  };
+  std::vector<ChainLink> element_chain;
 
   // "line L, column C" (1-based; columns count characters) for a byte offset in `text`.
   std::string where(uint32_t offset) const;

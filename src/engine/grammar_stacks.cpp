@@ -237,6 +237,39 @@ bool StackSpace::can_end(uint32_t state) const {
 
 bool StackSpace::must_end(uint32_t state) const { return can_end(state) && states_[state].size == 1; }
 
+void StackSpace::mask_key(uint32_t state, uint32_t clamp, std::vector<uint64_t>& key) {
+  const State& st = states_[state];
+  auto position = [&](uint32_t pos) -> uint64_t {
+    if (g_.element_chain.empty() || g_.element_chain[pos].chain == 0) return pos;
+    const Grammar::ChainLink& c = g_.element_chain[pos];
+    return uint64_t{1} << 63 | static_cast<uint64_t>(c.chain) << 32 | static_cast<uint64_t>(c.offset) << 24 |
+           std::min(c.k, clamp);
+  };
+  key_positions_.clear();
+  key_stacks_.clear();
+  for (uint32_t i = 0; i < st.size; ++i) {
+    const uint32_t begin = static_cast<uint32_t>(key_positions_.size());
+    for (uint32_t n = set_pool_[st.begin + i]; n != kEmptyStack; n = nodes_[n].parent)
+      key_positions_.push_back(position(nodes_[n].pos));
+    key_stacks_.push_back({begin, static_cast<uint32_t>(key_positions_.size())});
+  }
+  // Stacks that differ only in clamped links become equal: sort them as sequences, keep each once.
+  const uint64_t* p = key_positions_.data();
+  auto less = [p](const std::pair<uint32_t, uint32_t>& a, const std::pair<uint32_t, uint32_t>& b) {
+    return std::lexicographical_compare(p + a.first, p + a.second, p + b.first, p + b.second);
+  };
+  auto same = [p](const std::pair<uint32_t, uint32_t>& a, const std::pair<uint32_t, uint32_t>& b) {
+    return std::equal(p + a.first, p + a.second, p + b.first, p + b.second);
+  };
+  std::sort(key_stacks_.begin(), key_stacks_.end(), less);
+  key_stacks_.erase(std::unique(key_stacks_.begin(), key_stacks_.end(), same), key_stacks_.end());
+  key.assign(1, static_cast<uint64_t>(st.partial) << 8 | st.partial_len);
+  for (const auto& [b, e] : key_stacks_) {
+    key.push_back(e - b);  // lengths keep the flattened sequences apart
+    key.insert(key.end(), p + b, p + e);
+  }
+}
+
 StackSpace::Snapshot StackSpace::snapshot(uint32_t state) const {
   Snapshot s;
   const State& st = states_[state];

@@ -84,6 +84,13 @@ class StackSpace {
   bool must_end(uint32_t state) const;
   size_t stack_count(uint32_t state) const { return states_[state].size; }
 
+  // A key of `state` for caching token masks: each stack's grammar positions (top first) with a
+  // chain link's k (Grammar::element_chain) clamped to `clamp`, every distinct stack once in a
+  // canonical order, and any partial character. Set clamp past the longest token (in bytes): a
+  // token then cannot tell the clamped links apart (each copy of x takes at least one byte, and
+  // copies that take none can be left out), so states with equal keys allow the same tokens.
+  void mask_key(uint32_t state, uint32_t clamp, std::vector<uint64_t>& key);
+
   Snapshot snapshot(uint32_t state) const;
   uint32_t restore(const Snapshot& s);
   bool large() const;
@@ -131,6 +138,8 @@ class StackSpace {
 
   // Scratch, kept to avoid allocating per transition.
   std::vector<uint32_t> work_, found_, acc_, tmp_, seen_;
+  std::vector<uint64_t> key_positions_;
+  std::vector<std::pair<uint32_t, uint32_t>> key_stacks_;
   uint32_t seen_gen_ = 0;
 };
 

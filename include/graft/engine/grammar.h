@@ -26,6 +26,7 @@ namespace graft::engine {
 
 class Grammar;     // compiled, immutable; defined in src/engine/grammar_program.h
 class StackSpace;  // a matcher's cache of stack sets and byte transitions (src/engine/grammar_stacks.h)
+class MaskCache;   // a matcher's recent token masks (src/engine/grammar_matcher.cpp)
 
 // Limits of parse_grammar; exceeding one is a kLimit error.
 inline constexpr size_t kGrammarMaxBytes = 100000;        // grammar text
@@ -91,6 +92,10 @@ class GrammarMatcher {
   // allowed[id] = 1 when token id's bytes can be consumed from the current state (a token may end
   // in the middle of a UTF-8 character: the partial character must be a prefix of one the grammar
   // allows here); 0 otherwise, and 0 for empty tokens. `allowed` is resized to trie.size().
+  // The last masks are kept by a key of the state in which positions of a bounded repetition
+  // x{m,n} that no token can tell apart (more copies left than the longest token has bytes) are
+  // equal, so a recurring state, and every character of a long bounded string, costs a copy of a
+  // cached mask instead of a walk over the vocabulary.
   // This, accepts and accept throw kLimit if the bytes lead where the grammar is too ambiguous
   // (more than kGrammarMaxStacks stacks); the matcher's state is then unchanged.
   void allowed_tokens(const TokenTrie& trie, std::vector<uint8_t>& allowed) const;
@@ -99,15 +104,19 @@ class GrammarMatcher {
   bool can_end() const;   // what was accepted so far is a complete sentence (EOS may come now)
   bool must_end() const;  // can_end and no further byte can be accepted
   size_t live_stacks() const;  // stacks in the current state (diagnostics, tests)
+  size_t cached_masks_used() const { return cached_masks_used_; }  // allowed_tokens calls served by the cache
 
  private:
   void compact_if_large() const;
+  void walk_trie(const TokenTrie& trie, std::vector<uint8_t>& allowed) const;  // the mask, uncached
 
   std::shared_ptr<const Grammar> grammar_;
   // The cache and the current state's id in it; const methods extend the cache and may rebuild it
   // (renumbering the state) when it grows large.
   mutable std::unique_ptr<StackSpace> space_;
   mutable uint32_t state_ = 0;
+  mutable std::unique_ptr<MaskCache> masks_;  // created on first use; a copy starts without one
+  mutable size_t cached_masks_used_ = 0;
 };
 
 }  // namespace graft::engine
