@@ -195,6 +195,64 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
     matmul_many(pool, x, m, mm);
 }
 
+// Routing as transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock: softmax over all
+// experts in F32, the top num_experts_per_tok probabilities (ties to the lower index), divided by
+// their sum when norm_topk_prob. Each expert used in the pass runs once on the rows that chose it
+// (gathered), so a prefill batch reads each expert's weights once and a decode step reads only the
+// chosen ones. y = Σ weight_e · expert_e(x) accumulated from zero in ascending expert order (the
+// order of transformers' index_add_ loop).
+void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y) {
+  const model::ModelConfig& c = config_;
+  const model::LayerWeights& L = weights_.layers[layer];
+  const int64_t E = c.num_experts, K = c.num_experts_per_tok, H = c.hidden_size, F = c.moe_intermediate_size;
+  std::vector<float> probs(static_cast<size_t>(m * E));
+  matmul(pool, xn, m, L.router, probs.data());
+  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E));
+  std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  for (int64_t r = 0; r < m; ++r) {
+    float* p = &probs[static_cast<size_t>(r * E)];
+    softmax(p, E);
+    for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float sum = 0.0f;
+    for (int64_t k = 0; k < K; ++k) sum += p[order[static_cast<size_t>(k)]];
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t e = order[static_cast<size_t>(k)];
+      rows_of[static_cast<size_t>(e)].push_back(r);
+      weight_of[static_cast<size_t>(e)].push_back(c.norm_topk_prob ? p[e] / sum : p[e]);
+    }
+  }
+  std::fill(y, y + m * H, 0.0f);
+  std::vector<float> xs, gate, up, down;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& rows = rows_of[static_cast<size_t>(e)];
+    if (rows.empty()) continue;
+    const int64_t n = static_cast<int64_t>(rows.size());
+    const model::ExpertWeights& X = L.experts[static_cast<size_t>(e)];
+    const float* in = xn;
+    if (n != m) {  // gather the rows that chose this expert
+      xs.resize(static_cast<size_t>(n * H));
+      for (int64_t i = 0; i < n; ++i) std::copy(xn + rows[i] * H, xn + (rows[i] + 1) * H, &xs[i * H]);
+      in = xs.data();
+    }
+    gate.resize(static_cast<size_t>(n * F));
+    up.resize(static_cast<size_t>(n * F));
+    down.resize(static_cast<size_t>(n * H));
+    const MatmulTarget gu[] = {{&X.gate, gate.data()}, {&X.up, up.data()}};
+    matmul_many(pool, in, n, gu);
+    auto glu = c.activation == model::Activation::GeluTanh ? gelu_tanh_mul : silu_mul;
+    for (int64_t i = 0; i < n; ++i) glu(&gate[i * F], &up[i * F], F, &gate[i * F]);
+    matmul(pool, gate.data(), n, X.down, down.data());
+    const auto& w = weight_of[static_cast<size_t>(e)];
+    for (int64_t i = 0; i < n; ++i) {
+      float* out = y + rows[i] * H;
+      for (int64_t j = 0; j < H; ++j) out[j] += down[i * H + j] * w[i];
+    }
+  }
+}
+
 // Input rows: the embedding row of each token (dequantized when the embedding is quantized) plus
 // each adapter's embedding term s·B[id]·A.
 void Transformer::embed_rows(std::span<const SequenceInput> batch, float* x, const RowGroups& groups) {
@@ -368,11 +426,15 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     add_residual(tmp.data(), L.attn_post_norm);
 
     norm_rows(x.data(), L.mlp_norm, xn.data());
-    project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
-    pool.parallel_for(T, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) glu(&gate[r * F], &up[r * F], F, &gate[r * F]);
-    }, rows_per_chunk(F));
-    project(pool, l, Projection::Down, gate.data(), T, tmp.data(), groups);
+    if (c.layer_is_sparse(l)) {
+      experts_mlp(pool, l, xn.data(), T, tmp.data());
+    } else {
+      project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
+      pool.parallel_for(T, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) glu(&gate[r * F], &up[r * F], F, &gate[r * F]);
+      }, rows_per_chunk(F));
+      project(pool, l, Projection::Down, gate.data(), T, tmp.data(), groups);
+    }
     add_residual(tmp.data(), L.mlp_post_norm);
   }
 

@@ -1,0 +1,294 @@
+// Mixture-of-experts families as table rows (qwen3_moe, mixtral): config fields, the router and the
+// experts read as per-expert matrices, the dense layers mlp_only_layers leaves, and what is refused
+// by name. The logits against transformers are in tests/engine/reference_models_test.cpp (the
+// fixtures tests/fixtures/models/{qwen3_moe,mixtral}_f32 from tools/gen_moe_fixtures.py, 1e-4: F32
+// on both sides, only the summation order differs); here: routing a prefill batch by expert gives
+// each row what routing it alone gives (1e-5: the same per-row arithmetic, so only the kernels'
+// m-independence is tested, which they promise bit for bit), and the bytes a token reads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "graft/core/error.h"
+#include "graft/io/gguf.h"
+#include "graft/io/safetensors.h"
+#include "graft/model/family.h"
+#include "graft/model/loader.h"
+#include "graft/runtime/lora.h"
+#include "run_util.h"
+#include "test_paths.h"
+
+namespace graft::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string qwen_dir() { return test::fixture("models/qwen3_moe_f32"); }
+std::string mixtral_dir() { return test::fixture("models/mixtral_f32"); }
+
+template <class F>
+void expect_refused(F&& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "not refused; expected: " << needles[0];
+  } catch (const Error& e) {
+    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+TEST(MoeFamily, ConfigReadsTheExpertFields) {
+  const model::ModelConfig q = model::parse_hf_config(test::read_json(qwen_dir() + "/config.json"), "config.json");
+  EXPECT_EQ(q.num_experts, 4);
+  EXPECT_EQ(q.num_experts_per_tok, 2);
+  EXPECT_EQ(q.moe_intermediate_size, 32);
+  EXPECT_EQ(q.intermediate_size, 64);  // the dense layer's width
+  EXPECT_FALSE(q.norm_topk_prob);
+  EXPECT_EQ(q.sparse_layers, (std::vector<bool>{true, false, true}));  // mlp_only_layers [1]
+  const model::ModelConfig m = model::parse_hf_config(test::read_json(mixtral_dir() + "/config.json"), "config.json");
+  EXPECT_EQ(m.num_experts, 8);
+  EXPECT_EQ(m.moe_intermediate_size, 16);  // Mixtral's intermediate_size is the experts' width
+  EXPECT_TRUE(m.norm_topk_prob);           // Mixtral always renormalizes
+  EXPECT_EQ(m.sparse_layers, (std::vector<bool>{true, true}));
+}
+
+// transformers 5 writes Qwen3-MoE's count as num_local_experts; the Hub's configs say num_experts.
+// decoder_sparse_step: only every step-th layer is sparse.
+TEST(MoeFamily, QwenV5ExpertCountAndDecoderSparseStep) {
+  json j = test::read_json(qwen_dir() + "/config.json");
+  j["num_local_experts"] = j["num_experts"];
+  j.erase("num_experts");
+  j["mlp_only_layers"] = json::array();
+  j["decoder_sparse_step"] = 2;
+  const model::ModelConfig c = model::parse_hf_config(j, "config.json");
+  EXPECT_EQ(c.num_experts, 4);
+  EXPECT_EQ(c.sparse_layers, (std::vector<bool>{false, true, false}));
+}
+
+TEST(MoeFamily, FieldsThatChangeTheMathAreRefusedByName) {
+  json q = test::read_json(qwen_dir() + "/config.json");
+  json j = q;
+  j["num_experts_per_tok"] = 5;
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"num_experts_per_tok", "1..4"});
+  j = q;
+  j["shared_expert_intermediate_size"] = 64;  // Qwen2-MoE's shared expert
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); },
+                 {"shared_expert_intermediate_size is not supported for qwen3_moe"});
+  j = q;
+  j["mlp_only_layers"] = json::array({3});
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"mlp_only_layers holds 3"});
+  j = q;
+  j.erase("moe_intermediate_size");
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"'moe_intermediate_size'"});
+  json m = test::read_json(mixtral_dir() + "/config.json");
+  j = m;
+  j["mlp_only_layers"] = json::array({0});
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"mlp_only_layers is not supported for mixtral"});
+  j = m;
+  j["norm_topk_prob"] = false;
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"norm_topk_prob false is not supported for mixtral"});
+  // A dense family with an expert count is not run as a dense model.
+  json d = test::read_json(test::fixture("models/qwen3_f32/config.json"));
+  d["num_experts"] = 8;
+  expect_refused([&] { model::parse_hf_config(d, "config.json"); }, {"num_experts is set", "qwen3"});
+}
+
+TEST(MoeFamily, ExpertsLoadAsPerExpertMatrices) {
+  model::LoadedModel lm = model::load_model(mixtral_dir());
+  ASSERT_EQ(lm.weights.layers.size(), 2u);
+  const model::LayerWeights& L = lm.weights.layers[1];
+  ASSERT_EQ(L.experts.size(), 8u);
+  EXPECT_EQ(L.router.rows, 8);
+  EXPECT_EQ(L.router.cols, 64);
+  EXPECT_EQ(L.experts[7].gate.rows, 16);  // w1
+  EXPECT_EQ(L.experts[7].down.cols, 16);  // w2
+  EXPECT_EQ(L.gate.rows, 0);              // no dense MLP in a sparse layer
+  // Zero-copy views of the file's own per-expert tensors.
+  auto raw = io::SafetensorsFile::open(mixtral_dir() + "/model.safetensors");
+  const Tensor w3 = raw->tensor("model.layers.1.block_sparse_moe.experts.7.w3.weight");
+  EXPECT_EQ(std::memcmp(L.experts[7].up.dense.data, w3.data, static_cast<size_t>(w3.nbytes())), 0);
+  // A token reads attention, the router and 2 of the 8 experts.
+  const int64_t expert = L.experts[0].gate.nbytes() * 3;
+  const int64_t attn = L.q.nbytes() + L.k.nbytes() + L.v.nbytes() + L.o.nbytes();
+  EXPECT_EQ(L.bytes_per_token(2), attn + L.router.nbytes() + 2 * expert);
+
+  model::LoadedModel q = model::load_model(qwen_dir());
+  EXPECT_EQ(q.weights.layers[1].experts.size(), 0u);  // mlp_only_layers [1]: dense
+  EXPECT_EQ(q.weights.layers[1].gate.rows, 64);
+  EXPECT_EQ(q.weights.layers[2].experts.size(), 4u);
+}
+
+TEST(MoeFamily, MissingOrExtraExpertTensorsAreNamed) {
+  const fs::path d = fs::temp_directory_path() / ("graft_moe_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  for (const auto& e : fs::directory_iterator(qwen_dir())) fs::copy(e.path(), d / e.path().filename());
+  json j = test::read_json((d / "config.json").string());
+  j["num_experts"] = 3;  // the file holds 4 experts per sparse layer
+  j["num_experts_per_tok"] = 2;
+  std::ofstream(d / "config.json") << j.dump(2);
+  expect_refused([&] { model::load_model(d.string()); },
+                 {"model.layers.0.mlp.gate.weight' has shape [4, 64], expected [3, 64]",
+                  "unexpected tensor 'model.layers.0.mlp.experts.3.down_proj.weight'"});
+  j["num_experts"] = 4;
+  j["quantization"] = {{"bits", 4}, {"group_size", 32}};
+  std::ofstream(d / "config.json") << j.dump(2);
+  expect_refused([&] { model::open_model_source(d.string()); }, {"quantization is not supported for qwen3_moe", "switch_mlp"});
+  j.erase("quantization");
+  j["mlp_only_layers"] = json::array();  // layer 1 then needs experts, and holds a dense MLP
+  std::ofstream(d / "config.json") << j.dump(2);
+  expect_refused([&] { model::load_model(d.string()); },
+                 {"missing tensor 'model.layers.1.mlp.experts.0.gate_proj.weight'",
+                  "unexpected tensor 'model.layers.1.mlp.gate_proj.weight'"});
+  fs::remove_all(d);
+}
+
+// A prefill batch groups its rows by expert; each row must get what it gets routed alone, and
+// two sequences in one pass what each gets alone.
+TEST(MoeFamily, GroupedPrefillEqualsTokenByToken) {
+  for (const std::string& dir : {qwen_dir(), mixtral_dir()}) {
+    model::LoadedModel lm = model::load_model(dir);
+    const json ref = test::read_json(dir + "/reference.json");
+    const auto ids = ref["prompts"][1]["ids"].get<std::vector<int32_t>>();
+    const std::vector<float> whole = test::prompt_logits(lm, nullptr, {}, ids);
+    ThreadPool pool(2);
+    Transformer t(lm.config, lm.weights);
+    KVCache cache(lm.config, static_cast<int64_t>(ids.size()) + 1, test::kReferenceCache);
+    const int64_t V = lm.config.vocab_size;
+    float worst = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      SequenceInput in{&cache, std::span(&ids[i], 1), true};
+      const auto row = t.forward(pool, std::span(&in, 1));
+      for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(row[v] - whole[i * V + v]));
+    }
+    EXPECT_LE(worst, 1e-5f) << dir;
+  }
+}
+
+// llama.cpp's GGUF: the router ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps [n_expert, rows,
+// cols] sliced per expert into 2-D matrices of the mapping, kept in their block types.
+//  - F32 file: transformers' logits of the checkpoint it came from, 1e-4 (F32 both sides).
+//  - Q8_0 files with --activations f32: transformers' logits with the weights rounded as the file
+//    stores them (logits_q8_<i>, tools/gen_moe_gguf_fixtures.py), 1e-4: the same numbers, so a
+//    wrong expert slab or block offset cannot hide in a quantization tolerance.
+//  - Q8_0 files with the default Q8 activations (each activation row rounded to 8 bits per block
+//    of 32 as well), against the same reference, per position: the dense error of Q8 activations
+//    (measured 0.07-0.19 per position on the dense qwen3_f32 converted the same way, logits within
+//    ±7) bounded by 0.3 at half the positions at least; elsewhere a router may have flipped between
+//    two near-tied experts (the rounded router input moves its probabilities by ~1e-2), which moves
+//    that position by the difference of two experts' outputs and, through its keys and values, the
+//    positions after it (measured: up to 1.84, and 9 of 24 positions of qwen3_moe's prompt 2 beyond
+//    0.3), bounded by 3. A wrong expert or slab breaks the exact check above instead.
+struct GgufCase {
+  const char* file;
+  const char* reference;  // safetensors holding `key`<i>
+  const char* key;
+  const char* ids;        // reference.json with the prompts
+  Activations activations;
+};
+
+TEST(MoeFamily, GgufMatchesTransformers) {
+  const char* mixtral_ids = "models/mixtral_f32/reference.json";
+  const char* qwen_ids = "models_gguf/qwen3_moe_q8_0.reference.json";
+  const char* qwen_ref = "models_gguf/qwen3_moe_q8_0.reference.safetensors";
+  const GgufCase cases[] = {
+      {"models_gguf/mixtral_f32.gguf", "models/mixtral_f32/reference.safetensors", "logits_", mixtral_ids,
+       Activations::F32},
+      {"models_gguf/mixtral_q8_0.gguf", "models_gguf/mixtral_q8_0.reference.safetensors", "logits_q8_", mixtral_ids,
+       Activations::F32},
+      {"models_gguf/qwen3_moe_q8_0.gguf", qwen_ref, "logits_q8_", qwen_ids, Activations::F32},
+      {"models_gguf/mixtral_q8_0.gguf", "models_gguf/mixtral_q8_0.reference.safetensors", "logits_q8_", mixtral_ids,
+       Activations::Q8},
+      {"models_gguf/qwen3_moe_q8_0.gguf", qwen_ref, "logits_q8_", qwen_ids, Activations::Q8},
+  };
+  for (const GgufCase& k : cases) {
+    model::LoadedModel lm = model::load_model(test::fixture(k.file));
+    EXPECT_EQ(lm.format, "gguf");
+    EXPECT_GT(lm.config.num_experts, 0) << k.file;
+    EXPECT_TRUE(lm.config.norm_topk_prob) << k.file;  // llama.cpp's rule for both archs
+    ThreadPool pool(2);
+    prepare_weights(lm.weights, pool, k.activations);
+    const json ref = test::read_json(test::fixture(k.ids));
+    auto want = io::SafetensorsFile::open(test::fixture(k.reference));
+    const int64_t V = lm.config.vocab_size;
+    for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+      const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+      const std::vector<float> got = test::prompt_logits(lm, nullptr, {}, ids);
+      const Tensor w = want->tensor(k.key + std::to_string(p));
+      ASSERT_EQ(static_cast<int64_t>(got.size()), w.numel());
+      float worst = 0;
+      size_t far = 0;  // positions beyond the dense bound (Q8 activations)
+      for (size_t t = 0; t < ids.size(); ++t) {
+        float d = 0;
+        for (int64_t v = 0; v < V; ++v) d = std::max(d, std::abs(got[t * V + v] - w.as<float>()[t * V + v]));
+        worst = std::max(worst, d);
+        far += d > 0.3f;
+      }
+      const std::string what = std::string(k.file) + " " + activations_name(k.activations) + " prompt " + std::to_string(p);
+      std::printf("%s: max |logit - reference| = %.6f, %zu of %zu positions > 0.3\n", what.c_str(), worst, far, ids.size());
+      if (k.activations == Activations::F32) {
+        EXPECT_LE(worst, 1e-4f) << what;
+      } else {
+        EXPECT_LE(worst, 3.0f) << what;
+        EXPECT_LE(far * 2, ids.size()) << what;
+      }
+    }
+  }
+}
+
+// The Q8_0 experts stay in their blocks: each expert's matrix points into the file mapping, at
+// expert * (bytes of one expert) from the start of the stacked tensor.
+TEST(MoeFamily, GgufExpertsAreSlicesOfTheStackedTensor) {
+  auto g = io::GgufFile::open(test::fixture("models_gguf/qwen3_moe_q8_0.gguf"));
+  const Tensor up = g->tensor("blk.1.ffn_up_exps.weight");
+  ASSERT_EQ(up.dtype, DType::Q8_0);
+  ASSERT_EQ(up.shape, (Shape{4, 32, 64}));
+  model::LoadedModel lm = model::load_model(test::fixture("models_gguf/qwen3_moe_q8_0.gguf"));
+  const model::Matrix& m = lm.weights.layers[1].experts[3].up;
+  EXPECT_EQ(m.dense.dtype, DType::Q8_0);
+  EXPECT_EQ(m.dense.shape, (Shape{32, 64}));
+  const model::Matrix& first = lm.weights.layers[1].experts[0].up;
+  EXPECT_EQ(m.dense.data, static_cast<const uint8_t*>(first.dense.data) + 3 * up.nbytes() / 4);
+  EXPECT_EQ(std::memcmp(m.dense.data, static_cast<const uint8_t*>(up.data) + 3 * up.nbytes() / 4,
+                        static_cast<size_t>(up.nbytes() / 4)), 0);
+  EXPECT_EQ(lm.weights.layers[0].router.dense.dtype, DType::F32);  // ffn_gate_inp
+}
+
+// PEFT LoRA on the attention projections of a MoE model (tests/fixtures/engine_adapters/<m>/peft_lora,
+// tools/gen_moe_fixtures.py --peft): unfused and fused against PEFT's unmerged forward, 1e-4 (F32).
+TEST(MoeFamily, AttentionLoraMatchesPeftFusedAndUnfused) {
+  for (const char* m : {"qwen3_moe_f32", "mixtral_f32"}) {
+    const std::string base_dir = test::fixture(std::string("models/") + m);
+    const std::string dir = test::fixture(std::string("engine_adapters/") + m + "/peft_lora");
+    model::LoadedModel base = model::load_model(base_dir);
+    const std::vector<adapter::AdapterUse> uses = {{test::read_adapter(dir), 1.0f}};
+    auto set = make_lora_set(base.config, *base.source, uses);
+    model::LoadOptions o;
+    o.fused_adapters = uses;
+    model::LoadedModel fused = model::load_model(base_dir, o);
+    const json ref = test::read_json(dir + "/reference.json");
+    auto want = io::SafetensorsFile::open(dir + "/reference.safetensors");
+    for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+      const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+      const Tensor w = want->tensor("logits_" + std::to_string(p));
+      EXPECT_LE(test::max_abs_diff(test::prompt_logits(base, set, {1.0f}, ids), w), 1e-4f) << m << " unfused " << p;
+      EXPECT_LE(test::max_abs_diff(test::prompt_logits(fused, nullptr, {}, ids), w), 1e-4f) << m << " fused " << p;
+    }
+  }
+}
+
+TEST(MoeFamily, FamilyRowsAndGgufArchs) {
+  EXPECT_TRUE(model::family("qwen3_moe").moe.present());
+  EXPECT_FALSE(model::family("qwen3").moe.present());
+  EXPECT_EQ(std::string(model::family_for_gguf_arch("llama", true).model_type), "mixtral");
+  EXPECT_EQ(std::string(model::family_for_gguf_arch("llama", false).model_type), "llama");
+  EXPECT_EQ(std::string(model::family_for_gguf_arch("qwen3moe", true).model_type), "qwen3_moe");
+  expect_refused([] { model::family_for_gguf_arch("qwen3moe", false); }, {"qwen3moe", "without", "expert_count"});
+  expect_refused([] { model::family_for_gguf_arch("qwen3", true); }, {"qwen3", "with", "expert_count"});
+}
+
+}  // namespace
+}  // namespace graft::runtime
