@@ -7,6 +7,7 @@
 // m-independence is tested, which they promise bit for bit), and the bytes a token reads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -276,6 +277,32 @@ TEST(MoeFamily, AttentionLoraMatchesPeftFusedAndUnfused) {
       const Tensor w = want->tensor("logits_" + std::to_string(p));
       EXPECT_LE(test::max_abs_diff(test::prompt_logits(base, set, {1.0f}, ids), w), 1e-4f) << m << " unfused " << p;
       EXPECT_LE(test::max_abs_diff(test::prompt_logits(fused, nullptr, {}, ids), w), 1e-4f) << m << " fused " << p;
+    }
+  }
+}
+
+// Only the chosen experts are computed: with one expert of one layer poisoned (NaN weights), a
+// one-token pass gives NaN logits exactly when the router chose that expert, so exactly
+// num_experts_per_tok experts of each layer poison it. Computing every expert and weighting the
+// unchosen ones by 0 would poison all of them (NaN * 0 is NaN).
+TEST(MoeFamily, OnlyTheChosenExpertsAreComputed) {
+  for (const std::string& dir : {qwen_dir(), mixtral_dir()}) {
+    model::LoadedModel lm = model::load_model(dir);
+    const int32_t id = test::read_json(dir + "/reference.json")["prompts"][0]["ids"][0].get<int32_t>();
+    for (int64_t l = 0; l < lm.config.num_layers; ++l) {
+      if (!lm.config.layer_is_sparse(l)) continue;
+      int64_t poisoning = 0;
+      for (int64_t e = 0; e < lm.config.num_experts; ++e) {
+        model::Matrix& gate = lm.weights.layers[static_cast<size_t>(l)].experts[static_cast<size_t>(e)].gate;
+        const model::Matrix kept = gate;
+        Tensor nan = Tensor::zeros_f32({gate.rows, gate.cols});
+        std::fill(nan.mutable_as<float>(), nan.mutable_as<float>() + nan.numel(), std::nanf(""));
+        gate = model::Matrix::of(nan);
+        const auto logits = test::prompt_logits(lm, nullptr, {}, {id});
+        poisoning += std::any_of(logits.begin(), logits.end(), [](float v) { return std::isnan(v); });
+        gate = kept;
+      }
+      EXPECT_EQ(poisoning, lm.config.num_experts_per_tok) << dir << " layer " << l;
     }
   }
 }
