@@ -231,7 +231,11 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
       }
       auto it = sites.find(tensor);
       if (it == sites.end()) {
-        problems.push_back("'" + tensor + "' is not a projection the runtime applies adapter terms to");
+        problems.push_back("'" + tensor + "' is not a projection the runtime applies adapter terms to" +
+                           (tensor.find(".experts.") != std::string::npos
+                                ? " (an expert of a mixture-of-experts layer: expert adapters run fused only, "
+                                  "--adapter; unfused expert terms are not implemented yet)"
+                                : ""));
         continue;
       }
       if (factor_dtype && !t.kron) {

@@ -19,6 +19,8 @@
 #include "graft/model/family.h"
 #include "graft/model/loader.h"
 #include "graft/runtime/lora.h"
+#include "../map_source.h"
+#include "graft/io/checkpoint_writer.h"
 #include "run_util.h"
 #include "test_paths.h"
 
@@ -305,6 +307,81 @@ TEST(MoeFamily, OnlyTheChosenExpertsAreComputed) {
       EXPECT_EQ(poisoning, lm.config.num_experts_per_tok) << dir << " layer " << l;
     }
   }
+}
+
+// Expert adapters, fused path, against PEFT: tests/fixtures/engine_adapters/qwen3_moe_f32/peft_experts
+// is what PEFT 0.21 writes for target_modules naming the MLP on transformers 5 (q_proj pairs, plus
+// target_parameters on experts.gate_up_proj and experts.down_proj: lora_A [E·r, in], lora_B
+// [out, E·r], per PEFT's ParamWrapper.get_delta_weight ΔW_e = s · B[:, k·E + e] · A[e·r + k, :]
+// summed over k). graft's PEFT reader refuses target_parameters by name; laid out as per-expert 2-D
+// pairs (A_e, B_e; gate_up split into its gate and up rows) under the Hub's per-expert names, the
+// same factors bind to each expert's own matrices and the fused model gives PEFT's logits (1e-4).
+// Unfused, a term on an expert is refused naming it.
+Tensor rows_f32(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols, int64_t col_step = 1) {
+  const Tensor f = to_f32(t);
+  Tensor out = Tensor::zeros_f32({rows, cols});
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      out.mutable_as<float>()[i * cols + j] = f.as<float>()[(row0 + i) * t.shape[1] + col0 + j * col_step];
+  return out;
+}
+
+TEST(MoeFamily, PeftExpertLoraLaidOutPerExpertMatchesPeftFused) {
+  const std::string dir = test::fixture("engine_adapters/qwen3_moe_f32/peft_experts");
+  expect_refused([&] { test::read_adapter(dir); }, {"target_parameters"});
+  auto f = io::SafetensorsFile::open(dir + "/adapter_model.safetensors");
+  const int64_t E = 4, W = 32;
+  test::MapSource per_expert;
+  const std::string pre = "base_model.model.model.layers.";
+  for (int64_t l : {0, 1, 2}) {
+    const std::string q = pre + std::to_string(l) + ".self_attn.q_proj.";
+    per_expert.t[q + "lora_A.weight"] = to_f32(f->tensor(q + "lora_A.weight"));
+    per_expert.t[q + "lora_B.weight"] = to_f32(f->tensor(q + "lora_B.weight"));
+    if (l == 1) continue;  // mlp_only_layers: PEFT's target_parameters skip the dense MLP
+    // PEFT nests one ParamWrapper per parameter; the shapes say which is which.
+    const std::string ex = pre + std::to_string(l) + ".mlp.experts.";
+    for (const std::string& level : {ex, ex + "base_layer."}) {
+      const Tensor a = f->tensor(level + "lora_A.weight"), b = f->tensor(level + "lora_B.weight");
+      const bool gate_up = a.shape[1] == 64;  // in = hidden (gate_up_proj), else width (down_proj)
+      const int64_t r = a.shape[0] / E, in = a.shape[1];
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string name = pre + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".";
+        const Tensor ae = rows_f32(a, e * r, r, 0, in);
+        if (gate_up) {
+          per_expert.t[name + "gate_proj.lora_A.weight"] = ae;
+          per_expert.t[name + "up_proj.lora_A.weight"] = ae;
+          per_expert.t[name + "gate_proj.lora_B.weight"] = rows_f32(b, 0, W, e, r, E);
+          per_expert.t[name + "up_proj.lora_B.weight"] = rows_f32(b, W, W, e, r, E);
+        } else {
+          per_expert.t[name + "down_proj.lora_A.weight"] = ae;
+          per_expert.t[name + "down_proj.lora_B.weight"] = rows_f32(b, 0, b.shape[0], e, r, E);
+        }
+      }
+    }
+  }
+  const fs::path d = fs::temp_directory_path() / ("graft_moe_experts_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  io::write_checkpoint(per_expert, d.string());
+  fs::rename(d / "model.safetensors", d / "adapter_model.safetensors");
+  // PEFT's own ranks and alphas: r 4 / alpha 8, gate_up_proj at rank 8 / alpha 16 (scale 2 everywhere).
+  std::ofstream(d / "adapter_config.json")
+      << R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "gate_proj", "up_proj", "down_proj"],
+            "rank_pattern": {"gate_proj": 8, "up_proj": 8}, "alpha_pattern": {"gate_proj": 16, "up_proj": 16}})";
+  const std::vector<adapter::AdapterUse> uses = {{test::read_adapter(d.string()), 1.0f}};
+  model::LoadOptions o;
+  o.fused_adapters = uses;
+  model::LoadedModel fused = model::load_model(qwen_dir(), o);
+  const json ref = test::read_json(dir + "/reference.json");
+  auto want = io::SafetensorsFile::open(dir + "/reference.safetensors");
+  for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+    const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+    EXPECT_LE(test::max_abs_diff(test::prompt_logits(fused, nullptr, {}, ids), want->tensor("logits_" + std::to_string(p))),
+              1e-4f) << "prompt " << p;
+  }
+  model::LoadedModel base = model::load_model(qwen_dir());
+  expect_refused([&] { make_lora_set(base.config, *base.source, uses); },
+                 {"model.layers.0.mlp.experts.0.down_proj.weight", "expert adapters run fused only"});
+  fs::remove_all(d);
 }
 
 TEST(MoeFamily, FamilyRowsAndGgufArchs) {
