@@ -201,7 +201,8 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
 // (gathered), so a prefill batch reads each expert's weights once and a decode step reads only the
 // chosen ones. y = Σ weight_e · expert_e(x) accumulated from zero in ascending expert order (the
 // order of transformers' index_add_ loop).
-void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y) {
+void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y,
+                              const RowGroups& groups) {
   const model::ModelConfig& c = config_;
   const model::LayerWeights& L = weights_.layers[layer];
   const int64_t E = c.num_experts, K = c.num_experts_per_tok, H = c.hidden_size, F = c.moe_intermediate_size;
@@ -224,6 +225,39 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
       weight_of[static_cast<size_t>(e)].push_back(c.norm_topk_prob ? p[e] / sum : p[e]);
     }
   }
+  // Each adapter's sequence scale by row of xn (0: the row does not use it).
+  std::vector<std::vector<float>> scale_of(groups.size());
+  for (size_t a = 0; a < groups.size(); ++a) {
+    if (groups[a].rows.empty()) continue;
+    scale_of[a].assign(static_cast<size_t>(m), 0.0f);
+    for (size_t i = 0; i < groups[a].rows.size(); ++i) scale_of[a][static_cast<size_t>(groups[a].rows[i])] = groups[a].scales[i];
+  }
+  // The terms of every adapter on (expert, part) over the expert's n rows: x [n, in] -> y [n, out]
+  // += s·(x·Aᵀ)·Bᵀ on the rows whose sequence uses the adapter (gathered, as project_many does).
+  auto add_terms = [&](int64_t e, int part, const std::vector<int64_t>& rows, const float* x, int64_t in,
+                       const model::Matrix& w, float* out_rows) {
+    const int64_t out = w.rows;
+    std::vector<float> sub, low;
+    for (size_t a = 0; a < groups.size(); ++a) {
+      if (scale_of[a].empty()) continue;
+      const std::vector<LoraTerm>* terms = groups.adapter(a).expert_at(layer, e, part);
+      if (!terms) continue;
+      std::vector<int64_t> at;  // indices into `rows`
+      std::vector<float> scales;
+      for (size_t i = 0; i < rows.size(); ++i)
+        if (const float sc = scale_of[a][static_cast<size_t>(rows[i])]; sc != 0.0f) at.push_back(static_cast<int64_t>(i)), scales.push_back(sc);
+      if (at.empty()) continue;
+      const int64_t k = static_cast<int64_t>(at.size());
+      sub.resize(static_cast<size_t>(k * in));
+      for (int64_t i = 0; i < k; ++i) std::copy(x + at[i] * in, x + (at[i] + 1) * in, &sub[i * in]);
+      for (const LoraTerm& t : *terms) {
+        const int64_t width = t.low_width();
+        low.assign(static_cast<size_t>(k * width), 0.0f);
+        lora_term_down(pool, t, sub.data(), k, in, w, low.data(), scales);
+        for (int64_t i = 0; i < k; ++i) lora_term_up(t, &low[i * width], scales[i], 0, out, out_rows + at[i] * out);
+      }
+    }
+  };
   std::fill(y, y + m * H, 0.0f);
   std::vector<float> xs, gate, up, down;
   for (int64_t e = 0; e < E; ++e) {
@@ -242,9 +276,12 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
     down.resize(static_cast<size_t>(n * H));
     const MatmulTarget gu[] = {{&X.gate, gate.data()}, {&X.up, up.data()}};
     matmul_many(pool, in, n, gu);
+    add_terms(e, 0, rows, in, H, X.gate, gate.data());
+    add_terms(e, 1, rows, in, H, X.up, up.data());
     auto glu = c.activation == model::Activation::GeluTanh ? gelu_tanh_mul : silu_mul;
     for (int64_t i = 0; i < n; ++i) glu(&gate[i * F], &up[i * F], F, &gate[i * F]);
     matmul(pool, gate.data(), n, X.down, down.data());
+    add_terms(e, 2, rows, gate.data(), F, X.down, down.data());
     const auto& w = weight_of[static_cast<size_t>(e)];
     for (int64_t i = 0; i < n; ++i) {
       float* out = y + rows[i] * H;
@@ -427,7 +464,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
 
     norm_rows(x.data(), L.mlp_norm, xn.data());
     if (c.layer_is_sparse(l)) {
-      experts_mlp(pool, l, xn.data(), T, tmp.data());
+      experts_mlp(pool, l, xn.data(), T, tmp.data(), groups);
     } else {
       project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
       pool.parallel_for(T, [&](int64_t b, int64_t e) {

@@ -315,8 +315,7 @@ TEST(MoeFamily, OnlyTheChosenExpertsAreComputed) {
 // [out, E·r], per PEFT's ParamWrapper.get_delta_weight ΔW_e = s · B[:, k·E + e] · A[e·r + k, :]
 // summed over k). graft's PEFT reader refuses target_parameters by name; laid out as per-expert 2-D
 // pairs (A_e, B_e; gate_up split into its gate and up rows) under the Hub's per-expert names, the
-// same factors bind to each expert's own matrices and the fused model gives PEFT's logits (1e-4).
-// Unfused, a term on an expert is refused naming it.
+// same factors bind to each expert's own matrices and give PEFT's logits (1e-4), fused and unfused.
 Tensor rows_f32(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols, int64_t col_step = 1) {
   const Tensor f = to_f32(t);
   Tensor out = Tensor::zeros_f32({rows, cols});
@@ -326,7 +325,7 @@ Tensor rows_f32(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64
   return out;
 }
 
-TEST(MoeFamily, PeftExpertLoraLaidOutPerExpertMatchesPeftFused) {
+TEST(MoeFamily, PeftExpertLoraLaidOutPerExpertMatchesPeft) {
   const std::string dir = test::fixture("engine_adapters/qwen3_moe_f32/peft_experts");
   expect_refused([&] { test::read_adapter(dir); }, {"target_parameters"});
   auto f = io::SafetensorsFile::open(dir + "/adapter_model.safetensors");
@@ -378,9 +377,34 @@ TEST(MoeFamily, PeftExpertLoraLaidOutPerExpertMatchesPeftFused) {
     EXPECT_LE(test::max_abs_diff(test::prompt_logits(fused, nullptr, {}, ids), want->tensor("logits_" + std::to_string(p))),
               1e-4f) << "prompt " << p;
   }
+  // Unfused: each expert's rows get that expert's terms, at the sequence's scale; scale 0 is the
+  // base model bit for bit; a batch mixing the adapter (scale 1) and the base (scale 0) gives each
+  // sequence what it gets alone.
   model::LoadedModel base = model::load_model(qwen_dir());
-  expect_refused([&] { make_lora_set(base.config, *base.source, uses); },
-                 {"model.layers.0.mlp.experts.0.down_proj.weight", "expert adapters run fused only"});
+  auto set = make_lora_set(base.config, *base.source, uses);
+  EXPECT_EQ(set->adapters[0]->expert_terms.size(), 2u * 4u * 3u);  // 2 sparse layers, 4 experts, 3 parts
+  std::vector<std::vector<float>> alone;
+  for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+    const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+    alone.push_back(test::prompt_logits(base, set, {1.0f}, ids));
+    EXPECT_LE(test::max_abs_diff(alone.back(), want->tensor("logits_" + std::to_string(p))), 1e-4f) << "unfused " << p;
+    EXPECT_EQ(test::prompt_logits(base, set, {0.0f}, ids), test::prompt_logits(base, nullptr, {}, ids)) << p;
+  }
+  ThreadPool pool(2);
+  Transformer t(base.config, base.weights, set);
+  const auto a = ref["prompts"][1]["ids"].get<std::vector<int32_t>>(), b = ref["prompts"][2]["ids"].get<std::vector<int32_t>>();
+  KVCache ca(base.config, 64, test::kReferenceCache), cb(base.config, 64, test::kReferenceCache);
+  const std::vector<float> on = {1.0f}, off = {0.0f};
+  SequenceInput both[2] = {{&ca, a, true, on}, {&cb, b, true, off}};
+  const auto mixed = t.forward(pool, both);
+  const auto base_b = test::prompt_logits(base, nullptr, {}, b);
+  const size_t na = alone[1].size();
+  ASSERT_EQ(mixed.size(), na + base_b.size());
+  float da = 0, db = 0;
+  for (size_t i = 0; i < na; ++i) da = std::max(da, std::abs(mixed[i] - alone[1][i]));
+  for (size_t i = 0; i < base_b.size(); ++i) db = std::max(db, std::abs(mixed[na + i] - base_b[i]));
+  EXPECT_LE(da, 1e-5f);
+  EXPECT_LE(db, 1e-5f);
   fs::remove_all(d);
 }
 
