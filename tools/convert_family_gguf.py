@@ -8,12 +8,14 @@ only (two patches, both about the tokenizer): the converter identifies BPE pre-t
 knows only published tokenizers, so tiny_bpe gets the "gpt-2" label (the weights and every
 hyperparameter go through the converter untouched).
 
-Usage: python3 tools/convert_family_gguf.py LLAMA_CPP_DIR MODEL_DIR OUT.gguf
+Usage: python3 tools/convert_family_gguf.py LLAMA_CPP_DIR MODEL_DIR OUT.gguf [OUTTYPE]
+  OUTTYPE: the converter's --outtype (default f32; q8_0 quantizes the matrices as llama.cpp does)
 """
 import sys
 from pathlib import Path
 
 lcpp, model_dir, out = sys.argv[1:4]
+outtype = sys.argv[4] if len(sys.argv) > 4 else "f32"
 sys.path.insert(0, lcpp)
 sys.path.insert(1, str(Path(lcpp) / "gguf-py"))
 import conversion.base as base  # noqa: E402
@@ -31,5 +33,5 @@ import conversion.phi as phi  # noqa: E402
 phi.Phi3MiniModel.set_vocab = lambda self: self._set_vocab_gpt2()
 import convert_hf_to_gguf  # noqa: E402
 
-sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outtype", "f32", "--outfile", out]
+sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outtype", outtype, "--outfile", out]
 convert_hf_to_gguf.main()

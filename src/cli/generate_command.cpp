@@ -86,10 +86,10 @@ int run_generate(const GenerateArgs& a) {
   std::fflush(stdout);
   const double pp = r.prompt_seconds > 0 ? r.prompt_tokens / r.prompt_seconds : 0;
   const double tg = r.decode_seconds > 0 ? r.tokens.size() / r.decode_seconds : 0;
-  // Bytes of weight matrices one decode step streams (the bandwidth ceiling's numerator).
+  // Bytes of weight matrices one decode step streams (the bandwidth ceiling's numerator): in a
+  // mixture-of-experts layer the router and num_experts_per_tok experts, not all of them.
   int64_t step_bytes = m.weights.lm_head.nbytes();
-  for (const auto& L : m.weights.layers)
-    for (const model::Matrix* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) step_bytes += t->nbytes();
+  for (const auto& L : m.weights.layers) step_bytes += L.bytes_per_token(m.config.num_experts_per_tok);
   std::fprintf(stderr,
                "prompt: %lld tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s | stop: %s | threads: %d | "
                "weights read per token: %.1f MB\n",

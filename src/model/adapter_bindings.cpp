@@ -1,5 +1,7 @@
 #include "graft/model/adapter_bindings.h"
 
+#include <algorithm>
+
 #include "graft/model/family.h"
 
 namespace graft::model {
@@ -12,6 +14,8 @@ adapter::WeightAdapterBindings model_adapter_bindings(const ModelConfig& config,
     for (const auto& f : fused_projection_specs()) {
       std::vector<std::string> parts;
       for (LayerTensor r : f.parts) parts.push_back(hf_layer_tensor_name(i, r));
+      // A sparse (mixture-of-experts) layer has no gate/up to split onto.
+      if (!std::all_of(parts.begin(), parts.end(), [&](const std::string& p) { return source.has(p); })) continue;
       std::string module = hf_fused_tensor_name(i, f);
       module.resize(module.size() - 7);  // ".weight"
       b.add_fused_split(module, parts);

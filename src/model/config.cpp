@@ -243,6 +243,52 @@ void parse_sliding_window(const json& j, const std::string& path, const FamilyTr
                 " is not supported for ", c.model_type, " (supported: full_attention)");
 }
 
+// Mixture of experts: the family row's config.json fields (model/family.h's MoeLayout). Fields of
+// MoE math a row does not run are refused by name, so a checkpoint never runs as something else.
+void parse_experts(const json& j, const std::string& path, const FamilyTraits& fam, ModelConfig& c) {
+  const MoeLayout& m = fam.moe;
+  if (!m.present()) {
+    for (const char* key : {"num_experts", "num_local_experts", "num_experts_per_tok"})
+      if (optional_int(j, key, path).value_or(0) > 0)
+        fail_as(ErrorKind::kUnsupported, "config '", path, "': ", key, " is set, but ", c.model_type,
+                " is not a mixture-of-experts family (graft's are qwen3_moe and mixtral)");
+    return;
+  }
+  const bool v5_key = m.experts_key_v5 && !j.contains(m.experts_key) && j.contains(m.experts_key_v5);
+  c.num_experts = require_int(j, v5_key ? m.experts_key_v5 : m.experts_key, path);
+  c.num_experts_per_tok = require_int(j, "num_experts_per_tok", path);
+  c.moe_intermediate_size = require_int(j, m.expert_width_key, path);
+  c.norm_topk_prob = m.reads_norm_topk_prob ? optional_bool(j, "norm_topk_prob", path).value_or(false) : true;
+  if (!m.reads_norm_topk_prob && j.contains("norm_topk_prob") && j["norm_topk_prob"] != true)
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': norm_topk_prob ", io::json_excerpt(j["norm_topk_prob"]),
+            " is not supported for ", c.model_type, " (its router always renormalizes the chosen experts' weights)");
+  // Shared experts (Qwen2-MoE, DeepSeek) are math these rows do not have.
+  for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"})
+    if (optional_int(j, key, path).value_or(0) > 0)
+      fail_as(ErrorKind::kUnsupported, "config '", path, "': ", key, " is not supported for ", c.model_type,
+              " (graft's mixture-of-experts rows have no shared experts)");
+  int64_t step = 1;
+  std::set<int64_t> dense;
+  if (auto v = optional_int(j, "decoder_sparse_step", path)) step = *v;
+  if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+    if (!j["mlp_only_layers"].is_array()) fail("config '", path, "': mlp_only_layers is not a list");
+    for (const auto& v : j["mlp_only_layers"]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.num_layers)
+        fail("config '", path, "': mlp_only_layers holds ", io::json_excerpt(v), "; expected layer indices in [0, ",
+             c.num_layers, ")");
+      dense.insert(v.get<int64_t>());
+    }
+  }
+  if (!m.sparse_layer_pattern && (step != 1 || !dense.empty()))
+    fail_as(ErrorKind::kUnsupported, "config '", path, "': ", step != 1 ? "decoder_sparse_step" : "mlp_only_layers",
+            " is not supported for ", c.model_type, " (every layer of it is sparse)");
+  if (step < 1) fail("config '", path, "': decoder_sparse_step is ", step, "; expected >= 1");
+  // transformers' Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers, and only every
+  // decoder_sparse_step-th layer ((i + 1) % step == 0).
+  c.sparse_layers.assign(static_cast<size_t>(c.num_layers), false);
+  for (int64_t i = 0; i < c.num_layers; ++i) c.sparse_layers[static_cast<size_t>(i)] = !dense.count(i) && (i + 1) % step == 0;
+}
+
 }  // namespace
 
 float ModelConfig::attention_scale() const {
@@ -303,6 +349,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
            " must give a positive even number of rotary dimensions below head_dim");
   }
   parse_sliding_window(j, path, fam, c);
+  parse_experts(j, path, fam, c);
 
   if (j.contains("eos_token_id")) c.eos_token_ids = int_or_list(j["eos_token_id"], "eos_token_id", path);
   if (j.contains("bos_token_id")) {
@@ -361,6 +408,13 @@ void validate_config(const ModelConfig& c, const std::string& where) {
   if (c.rotary_dim != 0) check_range(where, "rotary dimensions (partial_rotary_factor x head_dim)", c.rotary_dim, 2, c.head_dim);
   for (auto v : {c.attn_logit_softcap, c.final_logit_softcap, c.query_pre_attn_scalar})
     if (v) check_positive_finite(where, "a soft-capping value or query_pre_attn_scalar", *v);
+  if (c.num_experts > 0) {
+    check_range(where, "num_experts (GGUF expert_count)", c.num_experts, 1, 1 << 14);
+    check_range(where, "num_experts_per_tok (GGUF expert_used_count)", c.num_experts_per_tok, 1, c.num_experts);
+    check_range(where, "moe_intermediate_size (GGUF expert_feed_forward_length)", c.moe_intermediate_size, 1, kMaxDim);
+    if (static_cast<int64_t>(c.sparse_layers.size()) != c.num_layers)
+      fail(where, ": ", c.sparse_layers.size(), " sparse-layer flags for ", c.num_layers, " layers");
+  }
   for (int32_t id : c.eos_token_ids) check_range(where, "eos_token_id", id, 0, c.vocab_size - 1);
   if (c.bos_token_id) check_range(where, "bos_token_id", *c.bos_token_id, 0, c.vocab_size - 1);
 }

@@ -37,6 +37,22 @@ const std::vector<FamilyTraits>& families() {
        .gguf_permuted_qk = false, .gguf_arch = "phi3", .tied_embedding_adapters = true,
        .sliding_all_layers = true, .fused_projections = true, .partial_rotary = true,
        .gguf_sliding_window = false},
+      // Qwen3-MoE (Qwen3MoeForCausalLM, Qwen3-30B-A3B): Qwen3's attention; sparse layers route each
+      // token to num_experts_per_tok of num_experts SwiGLU experts (softmax over all, top-k, then
+      // renormalized when norm_topk_prob); decoder_sparse_step / mlp_only_layers leave some layers dense.
+      {.model_type = "qwen3_moe", .attention_bias = false, .qk_norm = true, .default_tie = false,
+       .gguf_permuted_qk = false, .gguf_arch = "qwen3moe", .tied_embedding_adapters = true,
+       .moe = {.block = "mlp", .gate = "gate_proj", .up = "up_proj", .down = "down_proj",
+               .experts_key = "num_experts", .experts_key_v5 = "num_local_experts", .expert_width_key = "moe_intermediate_size",
+               .reads_norm_topk_prob = true, .sparse_layer_pattern = true}},
+      // Mixtral (MixtralForCausalLM): Mistral's attention, every layer sparse (block_sparse_moe,
+      // experts w1 = gate, w3 = up, w2 = down), the top-k router weights always renormalized.
+      // llama.cpp writes it as GGUF arch `llama` with llama.expert_count.
+      {.model_type = "mixtral", .attention_bias = false, .qk_norm = false, .default_tie = false,
+       .gguf_permuted_qk = true, .gguf_arch = "llama", .tied_embedding_adapters = true,
+       .sliding_all_layers = true,
+       .moe = {.block = "block_sparse_moe", .gate = "w1", .up = "w3", .down = "w2",
+               .experts_key = "num_local_experts", .expert_width_key = "intermediate_size"}},
   };
   return kFamilies;
 }
@@ -55,9 +71,14 @@ const FamilyTraits& family(const std::string& model_type) {
   fail_as(ErrorKind::kUnsupported, "model_type '", model_type, "' is not supported (supported: ", supported_list(), ")");
 }
 
-const FamilyTraits& family_for_gguf_arch(const std::string& arch) {
+const FamilyTraits& family_for_gguf_arch(const std::string& arch, bool experts) {
   for (const auto& f : families())
-    if (arch == f.gguf_arch) return f;
+    if (arch == f.gguf_arch && f.moe.present() == experts) return f;
+  for (const auto& f : families())
+    if (arch == f.gguf_arch)
+      fail_as(ErrorKind::kUnsupported, "GGUF architecture '", arch, "' ", experts ? "with" : "without", " ", arch,
+              ".expert_count is not supported (graft's ", arch, " rows are ", f.moe.present() ? "" : "not ",
+              "mixture-of-experts)");
   std::string archs;
   for (const auto& f : families())
     if (archs.find(f.gguf_arch) == std::string::npos) archs += std::string(archs.empty() ? "" : ", ") + f.gguf_arch;
@@ -150,6 +171,22 @@ bool layer_tensor_present(const ModelConfig& c, LayerTensor role) {
     case LayerTensor::AttnPostNorm: case LayerTensor::MlpPostNorm: return c.sandwich_norms;
     default: return true;
   }
+}
+
+std::string hf_expert_tensor_name(const ModelConfig& c, int64_t layer, int64_t expert, ExpertTensor role) {
+  const MoeLayout& m = family(c.model_type).moe;
+  const char* name = role == ExpertTensor::Gate ? m.gate : role == ExpertTensor::Up ? m.up : m.down;
+  return "model.layers." + std::to_string(layer) + "." + m.block + ".experts." + std::to_string(expert) + "." + name +
+         ".weight";
+}
+
+std::string hf_router_tensor_name(const ModelConfig& c, int64_t layer) {
+  return "model.layers." + std::to_string(layer) + "." + family(c.model_type).moe.block + ".gate.weight";
+}
+
+std::vector<int64_t> expert_tensor_shape(const ModelConfig& c, ExpertTensor role) {
+  const int64_t h = c.hidden_size, f = c.moe_intermediate_size;
+  return role == ExpertTensor::Down ? std::vector<int64_t>{h, f} : std::vector<int64_t>{f, h};
 }
 
 std::vector<int64_t> layer_tensor_shape(const ModelConfig& c, LayerTensor role) {

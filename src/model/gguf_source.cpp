@@ -3,6 +3,7 @@
 // permuted q/k rows are reordered into a copy, bytes moved, values untouched).
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "graft/core/error.h"
 #include "graft/io/gguf.h"
@@ -28,8 +29,28 @@ class GgufTensorSource : public io::TensorSource {
         for (const auto& f : fused_projection_specs())
           gguf_to_hf["blk." + std::to_string(i) + "." + f.gguf_suffix] = hf_fused_tensor_name(i, f);
     }
+    // Mixture of experts: the router by name, and each 3-D [n_expert, rows, cols] expert tensor
+    // shown as one 2-D matrix per expert (a zero-copy slab of the mapping, blocks as stored).
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      if (!c.layer_is_sparse(i)) continue;
+      const std::string blk = "blk." + std::to_string(i) + ".";
+      gguf_to_hf[blk + "ffn_gate_inp.weight"] = hf_router_tensor_name(c, i);
+      const std::pair<const char*, ExpertTensor> kExps[] = {
+          {"ffn_gate_exps.weight", ExpertTensor::Gate}, {"ffn_up_exps.weight", ExpertTensor::Up},
+          {"ffn_down_exps.weight", ExpertTensor::Down}};
+      for (const auto& [suffix, role] : kExps) {
+        const io::GgufTensorInfo* t = file_->find(blk + suffix);
+        if (!t) continue;  // weight validation names each missing expert matrix
+        if (t->shape.size() != 3 || t->shape[0] != c.num_experts)
+          fail("GGUF '", file_->path(), "': tensor '", t->name, "' has shape ", shape_str(t->shape), "; expected [",
+               c.num_experts, ", rows, cols] (", c.model_type, ".expert_count experts)");
+        for (int64_t e = 0; e < c.num_experts; ++e) experts_[hf_expert_tensor_name(c, i, e, role)] = {t->name, e};
+        stacked_.insert(t->name);
+      }
+    }
     for (const auto& t : file_->tensors()) {
       if (t.name == "rope_freqs.weight") continue;  // consumed into the config
+      if (stacked_.count(t.name)) continue;         // read through its per-expert slabs
       auto it = gguf_to_hf.find(t.name);
       // An unknown tensor keeps its GGUF name so that weight validation reports it, never drops it.
       const std::string hf = it == gguf_to_hf.end() ? t.name : it->second;
@@ -48,15 +69,27 @@ class GgufTensorSource : public io::TensorSource {
   std::vector<std::string> names() const override {
     std::vector<std::string> out;
     for (const auto& [hf, g] : hf_to_gguf_) out.push_back(hf);
+    for (const auto& [hf, x] : experts_) out.push_back(hf);
     return out;
   }
   std::optional<io::TensorInfo> info(const std::string& name) const override {
+    if (auto x = experts_.find(name); x != experts_.end()) {
+      const io::GgufTensorInfo* t = file_->find(x->second.stacked);
+      return io::TensorInfo{t->dtype, {t->shape[1], t->shape[2]}};
+    }
     auto it = hf_to_gguf_.find(name);
     if (it == hf_to_gguf_.end()) return std::nullopt;
     const io::GgufTensorInfo* t = file_->find(it->second);
     return io::TensorInfo{t->dtype, t->shape};
   }
   Tensor read(const std::string& name) const override {
+    if (auto x = experts_.find(name); x != experts_.end()) {
+      Tensor t = file_->tensor(x->second.stacked);
+      const int64_t slab = t.nbytes() / t.shape[0];  // whole rows of whole blocks per expert
+      t.data = static_cast<const uint8_t*>(t.data) + x->second.expert * slab;
+      t.shape = {t.shape[1], t.shape[2]};
+      return t;
+    }
     auto it = hf_to_gguf_.find(name);
     if (it == hf_to_gguf_.end()) fail("GGUF '", file_->path(), "': no tensor for '", name, "'");
     Tensor t = file_->tensor(it->second);
@@ -70,7 +103,31 @@ class GgufTensorSource : public io::TensorSource {
   std::shared_ptr<io::GgufFile> file_;
   std::map<std::string, std::string> hf_to_gguf_;
   std::map<std::string, int64_t> heads_;  // permuted tensors -> number of heads
+  struct ExpertSlab {
+    std::string stacked;  // the 3-D GGUF tensor
+    int64_t expert = 0;
+  };
+  std::map<std::string, ExpertSlab> experts_;  // HF per-expert names -> their slab
+  std::set<std::string> stacked_;
 };
+
+// llama.cpp's MoE hyperparameters (llama-model.cpp): expert_count, expert_used_count, the experts'
+// width (expert_feed_forward_length; for `llama` (Mixtral) feed_forward_length is that width), and
+// a layer is sparse where the file holds its router (ffn_gate_inp). llama.cpp's qwen3moe and
+// llama graphs renormalize the chosen experts' weights (build_moe_ffn with norm_w = true), so a
+// GGUF file runs with norm_topk_prob whatever the original config said.
+void apply_experts(const io::GgufFile& g, const std::string& a, ModelConfig& c) {
+  c.num_experts = g.require_int(a + ".expert_count");
+  c.num_experts_per_tok = g.require_int(a + ".expert_used_count");
+  c.moe_intermediate_size = g.optional_int(a + ".expert_feed_forward_length").value_or(c.intermediate_size);
+  c.norm_topk_prob = true;
+  if (auto shared = g.optional_int(a + ".expert_shared_count"); shared && *shared > 0)
+    fail_as(ErrorKind::kUnsupported, "GGUF '", g.path(), "': ", a, ".expert_shared_count ", *shared,
+            " is not supported for ", c.model_type, " (graft's mixture-of-experts rows have no shared experts)");
+  c.sparse_layers.assign(static_cast<size_t>(c.num_layers), false);
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    c.sparse_layers[static_cast<size_t>(i)] = g.find("blk." + std::to_string(i) + ".ffn_gate_inp.weight") != nullptr;
+}
 
 // The family row's operations with llama.cpp's GGUF keys and its fixed rules for what the file
 // does not say (llama-model.cpp's hparams for gemma2/gemma3).
@@ -131,6 +188,7 @@ ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
               c.model_type, " (graft does not implement longrope's short/long factors)");
   c.pooling_type = g.optional_int(a + ".pooling_type");
   apply_family_operations(g, a, fam, c);
+  if (fam.moe.present()) apply_experts(g, a, c);
   const std::string scaling = g.optional_string(a + ".rope.scaling.type").value_or("none");
   if (scaling == "linear") {
     c.rope_scaling.type = RopeScalingType::Linear;
@@ -171,7 +229,8 @@ ModelConfig config_from_gguf(const io::GgufFile& g, const FamilyTraits& fam) {
 
 ModelSource open_gguf_model_source(const std::string& path) {
   auto g = io::GgufFile::open(path);
-  const FamilyTraits& fam = family_for_gguf_arch(g->require_string("general.architecture"));
+  const std::string arch = g->require_string("general.architecture");
+  const FamilyTraits& fam = family_for_gguf_arch(arch, g->optional_int(arch + ".expert_count").value_or(0) > 0);
   ModelConfig c = config_from_gguf(*g, fam);
   std::shared_ptr<io::TensorSource> source = std::make_shared<GgufTensorSource>(g, c, fam.gguf_permuted_qk);
   return ModelSource{"gguf", c, split_fused_projections(source, c), g};

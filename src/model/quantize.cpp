@@ -116,6 +116,9 @@ QuantizeResult quantize_checkpoint(const std::string& model_dir, const std::stri
   if (src.config.fused_projections)  // the loader refuses quantized checkpoints of these (model/loader.cpp)
     fail_as(ErrorKind::kUnsupported, "quantize: '", model_dir, "' is a ", src.config.model_type,
             " checkpoint; quantizing its fused qkv_proj/gate_up_proj is not supported");
+  if (src.config.num_experts > 0)  // mlx-lm quantizes stacked switch_mlp experts, not per-expert matrices
+    fail_as(ErrorKind::kUnsupported, "quantize: '", model_dir, "' is a ", src.config.model_type,
+            " checkpoint; quantizing mixture-of-experts weights is not supported (use a GGUF file for quantized experts)");
   if (src.config.quantization) fail_as(ErrorKind::kBadRequest, "quantize: '", model_dir, "' is already quantized (config.json has a quantization block)");
   if (fs::exists(out_dir) && fs::exists(model_dir) && fs::equivalent(out_dir, model_dir))
     fail_as(ErrorKind::kBadRequest, "quantize: --out must differ from --model");

@@ -1,6 +1,7 @@
 #include "graft/model/weights.h"
 
 #include <cstring>
+#include <utility>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -140,6 +141,31 @@ Matrix Matrix::of(AffineQuantized q) {
   return m;
 }
 
+std::vector<const Matrix*> LayerWeights::matrices() const {
+  std::vector<const Matrix*> out = {&q, &k, &v, &o};
+  if (experts.empty()) {
+    out.insert(out.end(), {&gate, &up, &down});
+  } else {
+    out.push_back(&router);
+    for (const ExpertWeights& e : experts) out.insert(out.end(), {&e.gate, &e.up, &e.down});
+  }
+  return out;
+}
+
+std::vector<Matrix*> LayerWeights::matrices() {
+  std::vector<Matrix*> out;
+  for (const Matrix* m : std::as_const(*this).matrices()) out.push_back(const_cast<Matrix*>(m));
+  return out;
+}
+
+int64_t LayerWeights::bytes_per_token(int64_t active) const {
+  int64_t bytes = q.nbytes() + k.nbytes() + v.nbytes() + o.nbytes();
+  if (experts.empty()) return bytes + gate.nbytes() + up.nbytes() + down.nbytes();
+  int64_t all = 0;
+  for (const ExpertWeights& e : experts) all += e.gate.nbytes() + e.up.nbytes() + e.down.nbytes();
+  return bytes + router.nbytes() + all * active / static_cast<int64_t>(experts.size());
+}
+
 ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, const WeightLoadOptions& options) {
   const auto& progress = options.progress;
   const auto& weight_dtype = options.weight_dtype;
@@ -157,10 +183,17 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
     // only when it is the embedding itself, so a silently different head cannot be lost.
     ld.used.insert(kLmHeadName);
   }
-  for (int64_t i = 0; i < c.num_layers; ++i)
+  auto is_mlp = [](LayerTensor r) { return r == LayerTensor::Gate || r == LayerTensor::Up || r == LayerTensor::Down; };
+  for (int64_t i = 0; i < c.num_layers; ++i) {
     for (const auto& spec : layer_tensor_specs(c))
-      if (layer_tensor_present(c, spec.role))
+      if (layer_tensor_present(c, spec.role) && !(c.layer_is_sparse(i) && is_mlp(spec.role)))
         ld.check(hf_layer_tensor_name(c, i, spec.role), layer_tensor_shape(c, spec.role), true);
+    if (!c.layer_is_sparse(i)) continue;
+    ld.check(hf_router_tensor_name(c, i), {c.num_experts, c.hidden_size}, true);
+    for (int64_t e = 0; e < c.num_experts; ++e)
+      for (ExpertTensor r : {ExpertTensor::Gate, ExpertTensor::Up, ExpertTensor::Down})
+        ld.check(hf_expert_tensor_name(c, i, e, r), expert_tensor_shape(c, r), true);
+  }
   for (const auto& name : source.names())
     if (!ld.used.count(name) && !ignorable(name))
       ld.problems.push_back("unexpected tensor '" + name + "' (not part of a " + c.model_type + " model with " +
@@ -212,9 +245,17 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
       L.attn_post_norm = read_vector_f32(source, name(LayerTensor::AttnPostNorm), off);
       L.mlp_post_norm = read_vector_f32(source, name(LayerTensor::MlpPostNorm), off);
     }
-    L.gate = read_matrix(source, name(LayerTensor::Gate), options);
-    L.up = read_matrix(source, name(LayerTensor::Up), options);
-    L.down = read_matrix(source, name(LayerTensor::Down), options);
+    if (c.layer_is_sparse(i)) {
+      L.router = read_matrix(source, hf_router_tensor_name(c, i), options);
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        auto expert = [&](ExpertTensor r) { return read_matrix(source, hf_expert_tensor_name(c, i, e, r), options); };
+        L.experts.push_back({expert(ExpertTensor::Gate), expert(ExpertTensor::Up), expert(ExpertTensor::Down)});
+      }
+    } else {
+      L.gate = read_matrix(source, name(LayerTensor::Gate), options);
+      L.up = read_matrix(source, name(LayerTensor::Up), options);
+      L.down = read_matrix(source, name(LayerTensor::Down), options);
+    }
     w.layers.push_back(std::move(L));
     tick();
   }

@@ -23,7 +23,7 @@ std::string describe_kernels(const model::ModelWeights& w) {
   };
   add(w.lm_head);
   for (const auto& L : w.layers)
-    for (const model::Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) add(*m);
+    for (const model::Matrix* m : L.matrices()) add(*m);
   std::string s = "weights:";
   for (const auto& [name, count] : formats) s += " " + name + " x" + std::to_string(count);
   s += " | kernels:";

@@ -186,6 +186,13 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
   out->path = path;
   out->terms.resize(static_cast<size_t>(config.num_layers + 1));
   const auto sites = projection_sites(config);
+  // Each expert's gate, up and down of every sparse layer (Transformer::experts_mlp applies them).
+  std::map<std::string, std::array<int64_t, 3>> expert_sites;
+  for (int64_t l = 0; l < config.num_layers; ++l)
+    if (config.layer_is_sparse(l))
+      for (int64_t e = 0; e < config.num_experts; ++e)
+        for (int part = 0; part < 3; ++part)
+          expert_sites[model::hf_expert_tensor_name(config, l, e, static_cast<model::ExpertTensor>(part))] = {l, e, part};
   std::vector<std::string> problems;
   for (const auto& [tensor, updates] : plan.updates) {
     for (const adapter::PlannedUpdate& pu : updates) {
@@ -230,7 +237,8 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
         continue;
       }
       auto it = sites.find(tensor);
-      if (it == sites.end()) {
+      auto ex = expert_sites.find(tensor);
+      if (it == sites.end() && ex == expert_sites.end()) {
         problems.push_back("'" + tensor + "' is not a projection the runtime applies adapter terms to");
         continue;
       }
@@ -246,7 +254,10 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
           t.bt = factor_in(t.bt, *factor_dtype, "B^T [r, out]", tensor, path);
         }
       }
-      out->terms[static_cast<size_t>(it->second.layer)][static_cast<size_t>(it->second.projection)].push_back(t);
+      if (ex != expert_sites.end())
+        out->expert_terms[ex->second].push_back(t);
+      else
+        out->terms[static_cast<size_t>(it->second.layer)][static_cast<size_t>(it->second.projection)].push_back(t);
       ++out->term_count;
     }
   }

@@ -170,7 +170,7 @@ int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool, Activations a) {
 int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool, Activations a) {
   int64_t bytes = prepare_matrix(w.lm_head, pool, a);  // (not the embedding: it is read by rows, as stored)
   for (auto& L : w.layers)
-    for (model::Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += prepare_matrix(*m, pool, a);
+    for (model::Matrix* m : L.matrices()) bytes += prepare_matrix(*m, pool, a);
   return bytes;
 }
 

@@ -368,11 +368,15 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     add_residual(tmp.data(), L.attn_post_norm);
 
     norm_rows(x.data(), L.mlp_norm, xn.data());
-    project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
-    pool.parallel_for(T, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) glu(&gate[r * F], &up[r * F], F, &gate[r * F]);
-    }, rows_per_chunk(F));
-    project(pool, l, Projection::Down, gate.data(), T, tmp.data(), groups);
+    if (c.layer_is_sparse(l)) {
+      experts_mlp(pool, l, xn.data(), T, tmp.data(), groups);
+    } else {
+      project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
+      pool.parallel_for(T, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) glu(&gate[r * F], &up[r * F], F, &gate[r * F]);
+      }, rows_per_chunk(F));
+      project(pool, l, Projection::Down, gate.data(), T, tmp.data(), groups);
+    }
     add_residual(tmp.data(), L.mlp_post_norm);
   }
 

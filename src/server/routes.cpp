@@ -287,7 +287,9 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
 int64_t parameter_count(const model::ModelConfig& c) {
   const int64_t H = c.hidden_size, L = c.num_layers;
   int64_t n = c.vocab_size * H * (c.tie_word_embeddings ? 1 : 2) + H;
-  n += L * (H * c.q_dim() * 2 + H * c.kv_dim() * 2 + 3 * H * c.intermediate_size + 2 * H);
+  n += L * (H * c.q_dim() * 2 + H * c.kv_dim() * 2 + 2 * H);
+  for (int64_t l = 0; l < L; ++l)  // a sparse layer: the router and every expert
+    n += c.layer_is_sparse(l) ? c.num_experts * (H + 3 * H * c.moe_intermediate_size) : 3 * H * c.intermediate_size;
   return n;
 }
 
@@ -309,7 +311,7 @@ void add_routes(httplib::Server& svr, State& st) {
       const auto& m = st.engine->model();
       int64_t bytes = m.weights.lm_head.nbytes() + m.weights.embed.nbytes();
       for (const auto& L : m.weights.layers)
-        for (const model::Matrix* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += t->nbytes();
+        for (const model::Matrix* t : L.matrices()) bytes += t->nbytes();
       json meta{{"vocab_type", 2},
                 {"n_vocab", m.config.vocab_size},
                 {"n_ctx", st.slot_ctx},

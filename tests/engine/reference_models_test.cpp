@@ -36,7 +36,7 @@ using nlohmann::json;
 
 const char* kModels[] = {"llama_f32",  "llama_bf16",  "llama3rope_f32", "mistral_f32", "mistral_bf16",
                          "qwen2_f32",  "qwen2_bf16",  "qwen3_f32",      "qwen3_bf16",  "gemma2_f32",
-                         "gemma3_f32", "phi3_f32"};
+                         "gemma3_f32", "phi3_f32",    "qwen3_moe_f32",  "mixtral_f32"};
 
 class ReferenceModel : public ::testing::TestWithParam<const char*> {
  protected:

@@ -85,6 +85,16 @@ struct ModelConfig {
   // Phi-3: the checkpoint stores qkv_proj and gate_up_proj; the weights are read split by rows
   // (model/fused_projections.h), so the forward pass sees Llama's q, k, v, gate, up.
   bool fused_projections = false;
+  // Mixture of experts (Qwen3-MoE, Mixtral): num_experts > 0. A sparse layer's MLP is a router
+  // (gate [num_experts, hidden]) choosing num_experts_per_tok experts per token, each a SwiGLU MLP
+  // of width moe_intermediate_size; the token's output is their sum weighted by the router's
+  // softmax over all experts taken at the chosen ones, renormalized over them when norm_topk_prob.
+  // Dense layers (Qwen3-MoE's mlp_only_layers) keep the intermediate_size MLP.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  std::vector<bool> sparse_layers;  // per layer, when num_experts > 0: true where the MLP is the experts
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
@@ -92,6 +102,9 @@ struct ModelConfig {
   bool layer_slides(int64_t layer) const {
     if (!sliding_window) return false;
     return sliding_layers.empty() || sliding_layers[static_cast<size_t>(layer)];
+  }
+  bool layer_is_sparse(int64_t layer) const {
+    return num_experts > 0 && sparse_layers[static_cast<size_t>(layer)];
   }
   float attention_scale() const;
 };

@@ -9,6 +9,29 @@
 
 namespace graft::model {
 
+// A mixture-of-experts family's tensor names and config.json fields (nullptr names: not MoE).
+// Hugging Face checkpoints store the router as <block>.gate.weight and each expert's SwiGLU as
+// <block>.experts.<e>.<gate|up|down>.weight (Qwen3-MoE: mlp, gate_proj/up_proj/down_proj;
+// Mixtral: block_sparse_moe, w1/w3/w2).
+struct MoeLayout {
+  const char* block = nullptr;        // "mlp" | "block_sparse_moe"
+  const char* gate = nullptr;         // the expert's gate projection name
+  const char* up = nullptr;
+  const char* down = nullptr;
+  const char* experts_key = nullptr;  // config.json's expert count: num_experts | num_local_experts
+  // The same count under the name transformers 5 writes (Qwen3-MoE: num_local_experts), or nullptr.
+  const char* experts_key_v5 = nullptr;
+  // config.json's expert width: moe_intermediate_size (Qwen3-MoE; intermediate_size is then the
+  // dense layers' width) or intermediate_size itself (Mixtral).
+  const char* expert_width_key = nullptr;
+  // Router weights renormalized over the chosen experts: read from norm_topk_prob (Qwen3-MoE) or
+  // always (Mixtral: softmax, top-k, divide by their sum).
+  bool reads_norm_topk_prob = false;
+  // decoder_sparse_step / mlp_only_layers choose which layers are sparse (Qwen3-MoE); else every one.
+  bool sparse_layer_pattern = false;
+  bool present() const { return block != nullptr; }
+};
+
 // How a family's decoder layers are laid out and computed. Every field names one operation of the
 // forward pass (runtime/transformer.cpp reads the resulting ModelConfig, never the family name).
 struct FamilyTraits {
@@ -45,12 +68,15 @@ struct FamilyTraits {
   // llama.cpp reads GGUF attention.sliding_window for this arch (false for phi3: its loader sets
   // the window to 0 whatever the file says, so a GGUF file runs full attention as llama.cpp does).
   bool gguf_sliding_window = true;
+  MoeLayout moe = {};
 };
 
 // The table of supported families; lookup throws listing the supported names.
 const std::vector<FamilyTraits>& families();
 const FamilyTraits& family(const std::string& model_type);
-const FamilyTraits& family_for_gguf_arch(const std::string& arch);
+// The row of a GGUF architecture; several rows share an arch where only expert_count tells them
+// apart (llama.cpp writes Mixtral as `llama` with llama.expert_count): `experts` picks the MoE row.
+const FamilyTraits& family_for_gguf_arch(const std::string& arch, bool experts = false);
 
 // The role of one weight in a decoder layer, with its Hugging Face name suffix.
 enum class LayerTensor {
@@ -86,6 +112,13 @@ std::string hf_layer_tensor_name(const ModelConfig& c, int64_t layer, LayerTenso
 // Expected shape of a layer tensor under a config; empty optional if the config has no such tensor.
 bool layer_tensor_present(const ModelConfig& c, LayerTensor role);
 std::vector<int64_t> layer_tensor_shape(const ModelConfig& c, LayerTensor role);
+
+// The three matrices of one expert's SwiGLU, and the router.
+enum class ExpertTensor { Gate, Up, Down };
+// "model.layers.{layer}.<block>.experts.{expert}.<name>.weight" / "model.layers.{layer}.<block>.gate.weight".
+std::string hf_expert_tensor_name(const ModelConfig& c, int64_t layer, int64_t expert, ExpertTensor role);
+std::string hf_router_tensor_name(const ModelConfig& c, int64_t layer);
+std::vector<int64_t> expert_tensor_shape(const ModelConfig& c, ExpertTensor role);
 
 inline constexpr const char* kEmbedName = "model.embed_tokens.weight";
 inline constexpr const char* kFinalNormName = "model.norm.weight";

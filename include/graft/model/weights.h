@@ -39,6 +39,11 @@ struct Matrix {
   static Matrix of(AffineQuantized q);
 };
 
+// One expert of a mixture-of-experts layer: a SwiGLU MLP [moe_inter, hidden] x2, [hidden, moe_inter].
+struct ExpertWeights {
+  Matrix gate, up, down;
+};
+
 struct LayerWeights {
   Tensor attn_norm;            // F32 [hidden]
   Matrix q, k, v, o;           // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
@@ -46,7 +51,17 @@ struct LayerWeights {
   Tensor q_norm, k_norm;       // F32 [head_dim] when qk_norm, else empty
   Tensor mlp_norm;             // F32 [hidden]
   Tensor attn_post_norm, mlp_post_norm;  // F32 [hidden] when sandwich_norms, else empty
-  Matrix gate, up, down;       // [inter, hidden] x2, [hidden, inter]
+  Matrix gate, up, down;       // [inter, hidden] x2, [hidden, inter]; empty (rows 0) in a sparse layer
+  // A sparse (mixture-of-experts) layer: the router [num_experts, hidden] and the experts.
+  Matrix router;
+  std::vector<ExpertWeights> experts;
+
+  // Every matrix the layer holds (the seven projections, or attention, router and experts).
+  std::vector<const Matrix*> matrices() const;
+  std::vector<Matrix*> matrices();
+  // The bytes one token reads: all of attention and, in a sparse layer, the router and `active`
+  // experts (num_experts_per_tok) of average size; a dense layer's MLP whole.
+  int64_t bytes_per_token(int64_t active) const;
 };
 
 struct ModelWeights {

@@ -17,6 +17,7 @@
 // fusing ΔE into the shared weight (mlx-lm's LoRAEmbedding.as_linear).
 #pragma once
 #include <array>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -88,10 +89,16 @@ struct LoraAdapter {
   // terms[layer][projection]; the head's terms sit at layers.back() + 1 (index num_layers).
   std::vector<std::array<std::vector<LoraTerm>, kProjections>> terms;
   std::vector<LoraTerm> embed;  // on the input lookup ([vocab, hidden] ΔE as B [vocab, r], A [r, hidden])
+  // Terms on the experts of mixture-of-experts layers, by (layer, expert, part: 0 gate, 1 up, 2 down).
+  std::map<std::array<int64_t, 3>, std::vector<LoraTerm>> expert_terms;
   int64_t term_count = 0;
 
   const std::vector<LoraTerm>& at(int64_t layer, Projection p) const {
     return terms[static_cast<size_t>(layer)][static_cast<size_t>(p)];
+  }
+  const std::vector<LoraTerm>* expert_at(int64_t layer, int64_t expert, int part) const {
+    auto it = expert_terms.find({layer, expert, part});
+    return it == expert_terms.end() ? nullptr : &it->second;
   }
 };
 

@@ -68,6 +68,10 @@ class Transformer {
                const RowGroups& groups);
   void project_many(ThreadPool& pool, int64_t layer, std::span<const Projection> ps, const float* x, int64_t m,
                     std::span<float* const> ys, const RowGroups& groups);
+  // A sparse layer's MLP on the normed rows xn [m, hidden] into y [m, hidden]: the router's
+  // softmax and top-k per row, then each chosen expert once over the rows that chose it, with the
+  // adapter terms on that expert for those of its rows whose sequence uses the adapter.
+  void experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y, const RowGroups& groups);
   void embed_rows(std::span<const SequenceInput> batch, float* x, const RowGroups& groups);
   void attention(ThreadPool& pool, int64_t layer, std::span<const SequenceInput> batch, const float* q,
                  float* out);

@@ -1,0 +1,334 @@
+// Mixture-of-experts families as table rows (qwen3_moe, mixtral): config fields, the router and the
+// experts read as per-expert matrices, the dense layers mlp_only_layers leaves, and what is refused
+// by name. The logits against transformers are in tests/engine/reference_models_test.cpp (the
+// fixtures tests/fixtures/models/{qwen3_moe,mixtral}_f32 from tools/gen_moe_fixtures.py, 1e-4: F32
+// on both sides, only the summation order differs); here: routing a prefill batch by expert gives
+// each row what routing it alone gives (1e-5: the same per-row arithmetic, so only the kernels'
+// m-independence is tested, which they promise bit for bit), the bytes a token reads, that only
+// the chosen experts run, and adapters on attention and experts against PEFT. GGUF files:
+// tests/runtime/moe_gguf_test.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "graft/core/error.h"
+#include "graft/io/safetensors.h"
+#include "graft/model/family.h"
+#include "graft/model/loader.h"
+#include "graft/runtime/lora.h"
+#include "../map_source.h"
+#include "graft/io/checkpoint_writer.h"
+#include "run_util.h"
+#include "test_paths.h"
+
+namespace graft::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string qwen_dir() { return test::fixture("models/qwen3_moe_f32"); }
+std::string mixtral_dir() { return test::fixture("models/mixtral_f32"); }
+
+template <class F>
+void expect_refused(F&& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "not refused; expected: " << needles[0];
+  } catch (const Error& e) {
+    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+TEST(MoeFamily, ConfigReadsTheExpertFields) {
+  const model::ModelConfig q = model::parse_hf_config(test::read_json(qwen_dir() + "/config.json"), "config.json");
+  EXPECT_EQ(q.num_experts, 4);
+  EXPECT_EQ(q.num_experts_per_tok, 2);
+  EXPECT_EQ(q.moe_intermediate_size, 32);
+  EXPECT_EQ(q.intermediate_size, 64);  // the dense layer's width
+  EXPECT_FALSE(q.norm_topk_prob);
+  EXPECT_EQ(q.sparse_layers, (std::vector<bool>{true, false, true}));  // mlp_only_layers [1]
+  const model::ModelConfig m = model::parse_hf_config(test::read_json(mixtral_dir() + "/config.json"), "config.json");
+  EXPECT_EQ(m.num_experts, 8);
+  EXPECT_EQ(m.moe_intermediate_size, 16);  // Mixtral's intermediate_size is the experts' width
+  EXPECT_TRUE(m.norm_topk_prob);           // Mixtral always renormalizes
+  EXPECT_EQ(m.sparse_layers, (std::vector<bool>{true, true}));
+}
+
+// transformers 5 writes Qwen3-MoE's count as num_local_experts; the Hub's configs say num_experts.
+// decoder_sparse_step: only every step-th layer is sparse.
+TEST(MoeFamily, QwenV5ExpertCountAndDecoderSparseStep) {
+  json j = test::read_json(qwen_dir() + "/config.json");
+  j["num_local_experts"] = j["num_experts"];
+  j.erase("num_experts");
+  j["mlp_only_layers"] = json::array();
+  j["decoder_sparse_step"] = 2;
+  const model::ModelConfig c = model::parse_hf_config(j, "config.json");
+  EXPECT_EQ(c.num_experts, 4);
+  EXPECT_EQ(c.sparse_layers, (std::vector<bool>{false, true, false}));
+}
+
+TEST(MoeFamily, FieldsThatChangeTheMathAreRefusedByName) {
+  json q = test::read_json(qwen_dir() + "/config.json");
+  json j = q;
+  j["num_experts_per_tok"] = 5;
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"num_experts_per_tok", "1..4"});
+  j = q;
+  j["shared_expert_intermediate_size"] = 64;  // Qwen2-MoE's shared expert
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); },
+                 {"shared_expert_intermediate_size is not supported for qwen3_moe"});
+  j = q;
+  j["mlp_only_layers"] = json::array({3});
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"mlp_only_layers holds 3"});
+  j = q;
+  j.erase("moe_intermediate_size");
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"'moe_intermediate_size'"});
+  json m = test::read_json(mixtral_dir() + "/config.json");
+  j = m;
+  j["mlp_only_layers"] = json::array({0});
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"mlp_only_layers is not supported for mixtral"});
+  j = m;
+  j["norm_topk_prob"] = false;
+  expect_refused([&] { model::parse_hf_config(j, "config.json"); }, {"norm_topk_prob false is not supported for mixtral"});
+  // A dense family with an expert count is not run as a dense model.
+  json d = test::read_json(test::fixture("models/qwen3_f32/config.json"));
+  d["num_experts"] = 8;
+  expect_refused([&] { model::parse_hf_config(d, "config.json"); }, {"num_experts is set", "qwen3"});
+}
+
+TEST(MoeFamily, ExpertsLoadAsPerExpertMatrices) {
+  model::LoadedModel lm = model::load_model(mixtral_dir());
+  ASSERT_EQ(lm.weights.layers.size(), 2u);
+  const model::LayerWeights& L = lm.weights.layers[1];
+  ASSERT_EQ(L.experts.size(), 8u);
+  EXPECT_EQ(L.router.rows, 8);
+  EXPECT_EQ(L.router.cols, 64);
+  EXPECT_EQ(L.experts[7].gate.rows, 16);  // w1
+  EXPECT_EQ(L.experts[7].down.cols, 16);  // w2
+  EXPECT_EQ(L.gate.rows, 0);              // no dense MLP in a sparse layer
+  // Zero-copy views of the file's own per-expert tensors.
+  auto raw = io::SafetensorsFile::open(mixtral_dir() + "/model.safetensors");
+  const Tensor w3 = raw->tensor("model.layers.1.block_sparse_moe.experts.7.w3.weight");
+  EXPECT_EQ(std::memcmp(L.experts[7].up.dense.data, w3.data, static_cast<size_t>(w3.nbytes())), 0);
+  // A token reads attention, the router and 2 of the 8 experts.
+  const int64_t expert = L.experts[0].gate.nbytes() * 3;
+  const int64_t attn = L.q.nbytes() + L.k.nbytes() + L.v.nbytes() + L.o.nbytes();
+  EXPECT_EQ(L.bytes_per_token(2), attn + L.router.nbytes() + 2 * expert);
+
+  model::LoadedModel q = model::load_model(qwen_dir());
+  EXPECT_EQ(q.weights.layers[1].experts.size(), 0u);  // mlp_only_layers [1]: dense
+  EXPECT_EQ(q.weights.layers[1].gate.rows, 64);
+  EXPECT_EQ(q.weights.layers[2].experts.size(), 4u);
+}
+
+TEST(MoeFamily, MissingOrExtraExpertTensorsAreNamed) {
+  const fs::path d = fs::temp_directory_path() / ("graft_moe_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  for (const auto& e : fs::directory_iterator(qwen_dir())) fs::copy(e.path(), d / e.path().filename());
+  json j = test::read_json((d / "config.json").string());
+  j["num_experts"] = 3;  // the file holds 4 experts per sparse layer
+  j["num_experts_per_tok"] = 2;
+  std::ofstream(d / "config.json") << j.dump(2);
+  expect_refused([&] { model::load_model(d.string()); },
+                 {"model.layers.0.mlp.gate.weight' has shape [4, 64], expected [3, 64]",
+                  "unexpected tensor 'model.layers.0.mlp.experts.3.down_proj.weight'"});
+  j["num_experts"] = 4;
+  j["quantization"] = {{"bits", 4}, {"group_size", 32}};
+  std::ofstream(d / "config.json") << j.dump(2);
+  expect_refused([&] { model::open_model_source(d.string()); }, {"quantization is not supported for qwen3_moe", "switch_mlp"});
+  j.erase("quantization");
+  j["mlp_only_layers"] = json::array();  // layer 1 then needs experts, and holds a dense MLP
+  std::ofstream(d / "config.json") << j.dump(2);
+  expect_refused([&] { model::load_model(d.string()); },
+                 {"missing tensor 'model.layers.1.mlp.experts.0.gate_proj.weight'",
+                  "unexpected tensor 'model.layers.1.mlp.gate_proj.weight'"});
+  fs::remove_all(d);
+}
+
+// A prefill batch groups its rows by expert; each row must get what it gets routed alone, and
+// two sequences in one pass what each gets alone.
+TEST(MoeFamily, GroupedPrefillEqualsTokenByToken) {
+  for (const std::string& dir : {qwen_dir(), mixtral_dir()}) {
+    model::LoadedModel lm = model::load_model(dir);
+    const json ref = test::read_json(dir + "/reference.json");
+    const auto ids = ref["prompts"][1]["ids"].get<std::vector<int32_t>>();
+    const std::vector<float> whole = test::prompt_logits(lm, nullptr, {}, ids);
+    ThreadPool pool(2);
+    Transformer t(lm.config, lm.weights);
+    KVCache cache(lm.config, static_cast<int64_t>(ids.size()) + 1, test::kReferenceCache);
+    const int64_t V = lm.config.vocab_size;
+    float worst = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      SequenceInput in{&cache, std::span(&ids[i], 1), true};
+      const auto row = t.forward(pool, std::span(&in, 1));
+      for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(row[v] - whole[i * V + v]));
+    }
+    EXPECT_LE(worst, 1e-5f) << dir;
+  }
+}
+
+// PEFT LoRA on the attention projections of a MoE model (tests/fixtures/engine_adapters/<m>/peft_lora,
+// tools/gen_moe_fixtures.py --peft): unfused and fused against PEFT's unmerged forward, 1e-4 (F32).
+TEST(MoeFamily, AttentionLoraMatchesPeftFusedAndUnfused) {
+  for (const char* m : {"qwen3_moe_f32", "mixtral_f32"}) {
+    const std::string base_dir = test::fixture(std::string("models/") + m);
+    const std::string dir = test::fixture(std::string("engine_adapters/") + m + "/peft_lora");
+    model::LoadedModel base = model::load_model(base_dir);
+    const std::vector<adapter::AdapterUse> uses = {{test::read_adapter(dir), 1.0f}};
+    auto set = make_lora_set(base.config, *base.source, uses);
+    model::LoadOptions o;
+    o.fused_adapters = uses;
+    model::LoadedModel fused = model::load_model(base_dir, o);
+    const json ref = test::read_json(dir + "/reference.json");
+    auto want = io::SafetensorsFile::open(dir + "/reference.safetensors");
+    for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+      const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+      const Tensor w = want->tensor("logits_" + std::to_string(p));
+      EXPECT_LE(test::max_abs_diff(test::prompt_logits(base, set, {1.0f}, ids), w), 1e-4f) << m << " unfused " << p;
+      EXPECT_LE(test::max_abs_diff(test::prompt_logits(fused, nullptr, {}, ids), w), 1e-4f) << m << " fused " << p;
+    }
+  }
+}
+
+// Only the chosen experts are computed: with one expert of one layer poisoned (NaN weights), a
+// one-token pass gives NaN logits exactly when the router chose that expert, so exactly
+// num_experts_per_tok experts of each layer poison it. Computing every expert and weighting the
+// unchosen ones by 0 would poison all of them (NaN * 0 is NaN).
+TEST(MoeFamily, OnlyTheChosenExpertsAreComputed) {
+  for (const std::string& dir : {qwen_dir(), mixtral_dir()}) {
+    model::LoadedModel lm = model::load_model(dir);
+    const int32_t id = test::read_json(dir + "/reference.json")["prompts"][0]["ids"][0].get<int32_t>();
+    for (int64_t l = 0; l < lm.config.num_layers; ++l) {
+      if (!lm.config.layer_is_sparse(l)) continue;
+      int64_t poisoning = 0;
+      for (int64_t e = 0; e < lm.config.num_experts; ++e) {
+        model::Matrix& gate = lm.weights.layers[static_cast<size_t>(l)].experts[static_cast<size_t>(e)].gate;
+        const model::Matrix kept = gate;
+        Tensor nan = Tensor::zeros_f32({gate.rows, gate.cols});
+        std::fill(nan.mutable_as<float>(), nan.mutable_as<float>() + nan.numel(), std::nanf(""));
+        gate = model::Matrix::of(nan);
+        const auto logits = test::prompt_logits(lm, nullptr, {}, {id});
+        poisoning += std::any_of(logits.begin(), logits.end(), [](float v) { return std::isnan(v); });
+        gate = kept;
+      }
+      EXPECT_EQ(poisoning, lm.config.num_experts_per_tok) << dir << " layer " << l;
+    }
+  }
+}
+
+// Expert adapters, fused path, against PEFT: tests/fixtures/engine_adapters/qwen3_moe_f32/peft_experts
+// is what PEFT 0.21 writes for target_modules naming the MLP on transformers 5 (q_proj pairs, plus
+// target_parameters on experts.gate_up_proj and experts.down_proj: lora_A [E·r, in], lora_B
+// [out, E·r], per PEFT's ParamWrapper.get_delta_weight ΔW_e = s · B[:, k·E + e] · A[e·r + k, :]
+// summed over k). graft's PEFT reader refuses target_parameters by name; laid out as per-expert 2-D
+// pairs (A_e, B_e; gate_up split into its gate and up rows) under the Hub's per-expert names, the
+// same factors bind to each expert's own matrices and give PEFT's logits (1e-4), fused and unfused.
+Tensor rows_f32(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols, int64_t col_step = 1) {
+  const Tensor f = to_f32(t);
+  Tensor out = Tensor::zeros_f32({rows, cols});
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      out.mutable_as<float>()[i * cols + j] = f.as<float>()[(row0 + i) * t.shape[1] + col0 + j * col_step];
+  return out;
+}
+
+TEST(MoeFamily, PeftExpertLoraLaidOutPerExpertMatchesPeft) {
+  const std::string dir = test::fixture("engine_adapters/qwen3_moe_f32/peft_experts");
+  expect_refused([&] { test::read_adapter(dir); }, {"target_parameters"});
+  auto f = io::SafetensorsFile::open(dir + "/adapter_model.safetensors");
+  const int64_t E = 4, W = 32;
+  test::MapSource per_expert;
+  const std::string pre = "base_model.model.model.layers.";
+  for (int64_t l : {0, 1, 2}) {
+    const std::string q = pre + std::to_string(l) + ".self_attn.q_proj.";
+    per_expert.t[q + "lora_A.weight"] = to_f32(f->tensor(q + "lora_A.weight"));
+    per_expert.t[q + "lora_B.weight"] = to_f32(f->tensor(q + "lora_B.weight"));
+    if (l == 1) continue;  // mlp_only_layers: PEFT's target_parameters skip the dense MLP
+    // PEFT nests one ParamWrapper per parameter; the shapes say which is which.
+    const std::string ex = pre + std::to_string(l) + ".mlp.experts.";
+    for (const std::string& level : {ex, ex + "base_layer."}) {
+      const Tensor a = f->tensor(level + "lora_A.weight"), b = f->tensor(level + "lora_B.weight");
+      const bool gate_up = a.shape[1] == 64;  // in = hidden (gate_up_proj), else width (down_proj)
+      const int64_t r = a.shape[0] / E, in = a.shape[1];
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string name = pre + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".";
+        const Tensor ae = rows_f32(a, e * r, r, 0, in);
+        if (gate_up) {
+          per_expert.t[name + "gate_proj.lora_A.weight"] = ae;
+          per_expert.t[name + "up_proj.lora_A.weight"] = ae;
+          per_expert.t[name + "gate_proj.lora_B.weight"] = rows_f32(b, 0, W, e, r, E);
+          per_expert.t[name + "up_proj.lora_B.weight"] = rows_f32(b, W, W, e, r, E);
+        } else {
+          per_expert.t[name + "down_proj.lora_A.weight"] = ae;
+          per_expert.t[name + "down_proj.lora_B.weight"] = rows_f32(b, 0, b.shape[0], e, r, E);
+        }
+      }
+    }
+  }
+  const fs::path d = fs::temp_directory_path() / ("graft_moe_experts_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  io::write_checkpoint(per_expert, d.string());
+  fs::rename(d / "model.safetensors", d / "adapter_model.safetensors");
+  // PEFT's own ranks and alphas: r 4 / alpha 8, gate_up_proj at rank 8 / alpha 16 (scale 2 everywhere).
+  std::ofstream(d / "adapter_config.json")
+      << R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "gate_proj", "up_proj", "down_proj"],
+            "rank_pattern": {"gate_proj": 8, "up_proj": 8}, "alpha_pattern": {"gate_proj": 16, "up_proj": 16}})";
+  const std::vector<adapter::AdapterUse> uses = {{test::read_adapter(d.string()), 1.0f}};
+  model::LoadOptions o;
+  o.fused_adapters = uses;
+  model::LoadedModel fused = model::load_model(qwen_dir(), o);
+  const json ref = test::read_json(dir + "/reference.json");
+  auto want = io::SafetensorsFile::open(dir + "/reference.safetensors");
+  for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+    const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+    EXPECT_LE(test::max_abs_diff(test::prompt_logits(fused, nullptr, {}, ids), want->tensor("logits_" + std::to_string(p))),
+              1e-4f) << "prompt " << p;
+  }
+  // Unfused: each expert's rows get that expert's terms, at the sequence's scale; scale 0 is the
+  // base model bit for bit; a batch mixing the adapter (scale 1) and the base (scale 0) gives each
+  // sequence what it gets alone.
+  model::LoadedModel base = model::load_model(qwen_dir());
+  auto set = make_lora_set(base.config, *base.source, uses);
+  EXPECT_EQ(set->adapters[0]->expert_terms.size(), 2u * 4u * 3u);  // 2 sparse layers, 4 experts, 3 parts
+  std::vector<std::vector<float>> alone;
+  for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+    const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+    alone.push_back(test::prompt_logits(base, set, {1.0f}, ids));
+    EXPECT_LE(test::max_abs_diff(alone.back(), want->tensor("logits_" + std::to_string(p))), 1e-4f) << "unfused " << p;
+    EXPECT_EQ(test::prompt_logits(base, set, {0.0f}, ids), test::prompt_logits(base, nullptr, {}, ids)) << p;
+  }
+  ThreadPool pool(2);
+  Transformer t(base.config, base.weights, set);
+  const auto a = ref["prompts"][1]["ids"].get<std::vector<int32_t>>(), b = ref["prompts"][2]["ids"].get<std::vector<int32_t>>();
+  KVCache ca(base.config, 64, test::kReferenceCache), cb(base.config, 64, test::kReferenceCache);
+  const std::vector<float> on = {1.0f}, off = {0.0f};
+  SequenceInput both[2] = {{&ca, a, true, on}, {&cb, b, true, off}};
+  const auto mixed = t.forward(pool, both);
+  const auto base_b = test::prompt_logits(base, nullptr, {}, b);
+  const size_t na = alone[1].size();
+  ASSERT_EQ(mixed.size(), na + base_b.size());
+  float da = 0, db = 0;
+  for (size_t i = 0; i < na; ++i) da = std::max(da, std::abs(mixed[i] - alone[1][i]));
+  for (size_t i = 0; i < base_b.size(); ++i) db = std::max(db, std::abs(mixed[na + i] - base_b[i]));
+  EXPECT_LE(da, 1e-5f);
+  EXPECT_LE(db, 1e-5f);
+  fs::remove_all(d);
+}
+
+TEST(MoeFamily, FamilyRowsAndGgufArchs) {
+  EXPECT_TRUE(model::family("qwen3_moe").moe.present());
+  EXPECT_FALSE(model::family("qwen3").moe.present());
+  EXPECT_EQ(std::string(model::family_for_gguf_arch("llama", true).model_type), "mixtral");
+  EXPECT_EQ(std::string(model::family_for_gguf_arch("llama", false).model_type), "llama");
+  EXPECT_EQ(std::string(model::family_for_gguf_arch("qwen3moe", true).model_type), "qwen3_moe");
+  expect_refused([] { model::family_for_gguf_arch("qwen3moe", false); }, {"qwen3moe", "without", "expert_count"});
+  expect_refused([] { model::family_for_gguf_arch("qwen3", true); }, {"qwen3", "with", "expert_count"});
+}
+
+}  // namespace
+}  // namespace graft::runtime
