@@ -1,4 +1,4 @@
-// The AVX512-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, affine
+// The AVX512-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, Q4_K, Q6_K, affine
 // 4 / 8-bit): lane r of every vector is weight row 16g + r. Per block of 32 columns the codes are eight
 // vectors (4-bit: four loads split into low and high nibbles; 8-bit: eight loads), each multiplied by four
 // activation bytes broadcast from memory (vpdpbusd's m32bcst operand: the activations signed, the
@@ -52,6 +52,7 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  __m512 super_d = _mm512_setzero_ps(), super_nm = super_d;  // (Q4_K: the super-block's d, −dmin)
   for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += R, xs += R) {
     const uint8_t* p = codes + blk * F::kCodeBytes;
     const char* ahead = reinterpret_cast<const char*>(codes) + blk * stride + ahead_bytes;
@@ -124,6 +125,18 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
       const float* pr = params + (blk >> shift) * 32;
       dw = _mm512_load_ps(pr);
       mw = _mm512_load_ps(pr + 16);
+    } else if constexpr (F::kQ4K) {
+      // d·sc and (−dmin)·m, exact in F32: the values of an affine copy's parameters, 40 bytes a block
+      // (d and −dmin widened once per super-block of 8 blocks).
+      if (blk % 8 == 0) {
+        const uint16_t* dd = b.q4k_d(g, blk);
+        super_d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd)));
+        super_nm = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd + 16)));
+      }
+      const uint8_t* sm = b.q4k_scales(g, blk);
+      dw = _mm512_mul_ps(super_d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)))));
+      mw = _mm512_mul_ps(super_nm,
+                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm + 16)))));
     } else {
       const uint16_t* sc = scales + blk * (F::kScaleBytes / 2);
       dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
