@@ -19,6 +19,11 @@ constexpr int64_t kRows = kInterleavedRows;
 constexpr int64_t kSuper = 256;       // columns of a Q6_K super-block
 constexpr int64_t kSuperBytes = 210;  // ql[128], qh[64], scales[16], f16 d
 
+uint32_t load_u32(const uint8_t* p) {  // four bytes, little-endian as the file stores them
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 // Sets column e's 6-bit code q in a Q6_K super-block's ql / qh (the copy read back).
 void set_q6k_code(uint8_t* p, int e, int q) {
   const int h = e / 128, s = (e % 128) / 32, l = e % 32;
@@ -55,26 +60,24 @@ std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, Thread
         scales[kRows + r] = sc[2 * s + 1];
         // Block s is columns 32s .. 32s + 31 of the super-block: h = s / 4, quarter u = s % 4; column
         // 32s + c's low nibble is nibble u / 2 of ql[64h + 32(u % 2) + c], its high pair bits 2u, 2u + 1
-        // of qh[32h + c]. Whole 16-byte rows at a time (the compiler's vectors), then the copy's words.
+        // of qh[32h + c]. Four columns at a time in 32-bit words (one byte each).
         const int h = s / 4, u = s % 4;
         const uint8_t* ql = p + 64 * h + 32 * (u % 2);
         const uint8_t* qh = p + 128 + 32 * h;
-        uint8_t low[32], high[32];
-        for (int c = 0; c < 32; ++c) {
-          low[c] = static_cast<uint8_t>((ql[c] >> (4 * (u / 2))) & 0x0f);
-          high[c] = static_cast<uint8_t>((qh[c] >> (2 * u)) & 3);
-        }
+        const int nibble_shift = 4 * (u / 2), pair_shift = 2 * u;
+        uint8_t* dst = codes + blk * b.code_bytes + r * 4;
         // Nibble word t, byte e: column 4t + e low, 16 + 4t + e high; high word 4 + p, byte e, bits
         // 2t, 2t + 1: column 16p + 4t + e.
-        uint8_t nib[16], hi[2][4] = {};
-        for (int i = 0; i < 16; ++i) nib[i] = static_cast<uint8_t>(low[i] | low[16 + i] << 4);
-        for (int part = 0; part < 2; ++part)
-          for (int t = 0; t < 4; ++t)
-            for (int e = 0; e < 4; ++e) hi[part][e] |= static_cast<uint8_t>(high[16 * part + 4 * t + e] << (2 * t));
-        uint8_t* dst = codes + blk * b.code_bytes + r * 4;
-        for (int t = 0; t < 4; ++t) std::memcpy(dst + t * 64, nib + 4 * t, 4);
-        std::memcpy(dst + 256, hi[0], 4);
-        std::memcpy(dst + 320, hi[1], 4);
+        uint32_t high[2] = {0, 0};
+        for (int t = 0; t < 4; ++t) {
+          const uint32_t word = ((load_u32(ql + 4 * t) >> nibble_shift) & 0x0f0f0f0fu) |
+                                ((load_u32(ql + 16 + 4 * t) >> nibble_shift) & 0x0f0f0f0fu) << 4;
+          std::memcpy(dst + t * 64, &word, 4);
+          for (int part = 0; part < 2; ++part)
+            high[part] |= ((load_u32(qh + 16 * part + 4 * t) >> pair_shift) & 0x03030303u) << (2 * t);
+        }
+        std::memcpy(dst + 256, &high[0], 4);
+        std::memcpy(dst + 320, &high[1], 4);
       }
     }
   });
