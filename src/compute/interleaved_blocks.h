@@ -1,4 +1,4 @@
-// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights, and mlx-lm affine 4-bit / 8-bit
+// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights, and mlx-lm affine 4-bit / 8-bit
 // weights, copied at load into groups of 16 rows
 // interleaved word by word (llama.cpp's "repack" idea), for the kernels that keep one output row per
 // vector lane: one vpdpbusd multiplies four columns of 16 weight rows by the same four activation
@@ -14,7 +14,8 @@
 // with (d·sc_1)·d_x)
 // and for Q4_1 and the affine formats (w = d_w·q_w + m_w, q_w the unsigned code) then
 //   acc = fma(m_w[b], d_x[b]·float(Σ_{c∈b} q_x[c]), acc).
-// For an affine matrix (and a GGUF Q4_K one, copied as affine 4-bit: interleave_q4_k) d_w[b] and m_w[b] are the scale and bias of the mlx group (32, 64 or 128
+// (GGUF Q4_K: d_w[b] = d·sc and m_w[b] = (−dmin)·m of the sub-block, formed from the copy's bytes, exact.)
+// For an affine matrix (and a GGUF Q5_K one, copied as affine 5-bit: interleave_q5_k) d_w[b] and m_w[b] are the scale and bias of the mlx group (32, 64 or 128
 // columns) that holds block b, kept in F32: mlx stores them as BF16 or F32, and BF16 → F16 would
 // not be exact (range), BF16 → F32 is.
 // The integer block sums are exact; each product of two scales is rounded once; one F32 chain per
