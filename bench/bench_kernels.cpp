@@ -152,6 +152,21 @@ void BM_MatmulPrefill(benchmark::State& state, DType dt, int64_t m, int64_t n, i
   set_counters(state, m, n, k, graft::dtype_bytes(dt, n * k));
 }
 
+// The copy into the interleaved layout at load (prepare_matrix on one matrix; the file's bytes per
+// second in bytes_per_second): a model's load time is its weights over this rate.
+void BM_InterleaveAtLoad(benchmark::State& state, DType dt, int64_t n, int64_t k) {
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  const Tensor w = random_weights(dt, n, k, 1);
+  int64_t copy_bytes = 0;
+  for (auto _ : state) {
+    graft::model::Matrix m = graft::model::Matrix::of(w);
+    copy_bytes = graft::runtime::prepare_matrix(m, pool);
+    benchmark::DoNotOptimize(m.interleaved.get());
+  }
+  state.SetBytesProcessed(state.iterations() * graft::dtype_bytes(dt, n * k));
+  state.counters["copy_MB"] = static_cast<double>(copy_bytes) / 1e6;
+}
+
 // SmolLM2-135M projections: q/o 576x576, k/v 192x576, gate/up 1536x576, down 576x1536, lm_head.
 const int64_t kShapes[][2] = {{576, 576}, {192, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
 
@@ -207,6 +222,8 @@ int register_matmul() {
                                    s[1])
           ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
+    benchmark::RegisterBenchmark(("BM_Interleave3B/" + d + "/8192/3072").c_str(), BM_InterleaveAtLoad, dt, 8192, 3072)
+        ->ArgName("threads")->Arg(1)->Arg(t)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
   return 0;
 }

@@ -1,4 +1,4 @@
-// The AVX512-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, affine
+// The AVX512-VNNI kernel of the interleaved copies (interleaved_blocks.h: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, Q4_K, Q6_K, affine
 // 4 / 8-bit): lane r of every vector is weight row 16g + r. Per block of 32 columns the codes are eight
 // vectors (4-bit: four loads split into low and high nibbles; 8-bit: eight loads), each multiplied by four
 // activation bytes broadcast from memory (vpdpbusd's m32bcst operand: the activations signed, the
@@ -43,6 +43,8 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   const int8_t* xq = act.xb.data() + i0 * nb * 32;
   const float* xd = act.xd.data() + i0 * nb;
   const int32_t* xs = act.xs.data() + i0 * nb;
+  const float* xm = act.xm.data() + i0 * nb;
+  const int32_t* xo16 = act.xo16.data() + 2 * i0 * nb;
   using F = InterleavedFmt<K>;
   const int64_t ahead_bytes = interleaved_prefetch_ahead();
   const float* params = b.params(g);  // (affine)
@@ -52,7 +54,8 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += R, xs += R) {
+  __m512 super_d = _mm512_setzero_ps(), super_nm = super_d;  // (Q4_K: the super-block's d, −dmin)
+  for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += R, xs += R, xm += R, xo16 += 2 * R) {
     const uint8_t* p = codes + blk * F::kCodeBytes;
     const char* ahead = reinterpret_cast<const char*>(codes) + blk * stride + ahead_bytes;
 #pragma GCC unroll 10
@@ -101,12 +104,12 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
       const __m512 d = _mm512_load_ps(b.q6k_d(g, blk));
       const __m512 d0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))));
       const __m512 d1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc + 16)))));
-      const int32_t* s16 = act.sum16.data() + i0 * (2 * nb) + 2 * blk;
+      static_assert(F::kOffset == 32, "xo16 holds the offset −32·Σ q_x");
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const int8_t* x = xq + r * 32;
-        __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-F::kOffset * s16[r * 2 * nb]), w[0], bcst4(x));
-        __m512i s1 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-F::kOffset * s16[r * 2 * nb + 1]), w[4], bcst4(x + 16));
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(xo16[2 * r]), w[0], bcst4(x));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_set1_epi32(xo16[2 * r + 1]), w[4], bcst4(x + 16));
         s0 = _mm512_dpbusd_epi32(s0, w[1], bcst4(x + 4));
         s1 = _mm512_dpbusd_epi32(s1, w[5], bcst4(x + 20));
         s0 = _mm512_dpbusd_epi32(s0, w[2], bcst4(x + 8));
@@ -124,6 +127,18 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
       const float* pr = params + (blk >> shift) * 32;
       dw = _mm512_load_ps(pr);
       mw = _mm512_load_ps(pr + 16);
+    } else if constexpr (F::kQ4K) {
+      // d·sc and (−dmin)·m, exact in F32: the values of an affine copy's parameters, 40 bytes a block
+      // (d and −dmin widened once per super-block of 8 blocks).
+      if (blk % 8 == 0) {
+        const uint16_t* dd = b.q4k_d(g, blk);
+        super_d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd)));
+        super_nm = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd + 16)));
+      }
+      const uint8_t* sm = b.q4k_scales(g, blk);
+      dw = _mm512_mul_ps(super_d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)))));
+      mw = _mm512_mul_ps(super_nm,
+                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm + 16)))));
     } else {
       const uint16_t* sc = scales + blk * (F::kScaleBytes / 2);
       dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
@@ -145,7 +160,7 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
       const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[r]);
       if constexpr (F::kMin)
-        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx * static_cast<float>(xs[r])), acc[r]);
+        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xm[r]), acc[r]);  // (xm = dx·float(xs), as the model)
     }
   }
 #pragma GCC unroll 8

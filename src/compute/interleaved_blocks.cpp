@@ -74,6 +74,7 @@ const char* interleaved_kind_name(InterleavedKind k) {
     case InterleavedKind::Q5_1: return "Q5_1";
     case InterleavedKind::Q6_K: return "Q6_K";
     case InterleavedKind::Affine5: return "affine 5-bit";
+    case InterleavedKind::Q4_K: return "Q4_K";
   }
   return "?";
 }
@@ -157,6 +158,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, Thre
 void deinterleave_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
   if (b.affine()) fail_as(ErrorKind::kInternal, "deinterleave_row: an affine copy (deinterleave_affine_row)");
   if (b.kind == InterleavedKind::Q6_K) return deinterleave_q6_k_row(b, j, row);
+  if (b.kind == InterleavedKind::Q4_K) return deinterleave_q4_k_row(b, j, row);
   const DType source = gguf_type(b.kind);
   const int64_t g = j / kRows, r = j % kRows, src_block = dtype_block_bytes(source), at = codes_at(source);
   const bool q4 = source == DType::Q4_0 || source == DType::Q4_1;
@@ -195,14 +197,14 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
   // The format's facts as the SIMD kernels read them: nibbles, five bits or bytes; a min; the stored
   // code minus the model's q_w (Q4_0's nibble is q_w + 8, Q8_0's byte q_w + 128, Q5_0's code q_w + 16).
   struct Facts {
-    bool q4, q5, q6, mins;
+    bool q4, q5, q6, q4k, mins;
     int32_t offset;
   };
   const Facts f = with_kind(b.kind, []<InterleavedKind K>() {
     using F = InterleavedFmt<K>;
-    return Facts{F::kNibbles, F::kFive, F::kSix, F::kMin, F::kOffset};
+    return Facts{F::kNibbles, F::kFive, F::kSix, F::kQ4K, F::kMin, F::kOffset};
   });
-  const bool q4 = f.q4, q5 = f.q5, q6 = f.q6, mins = f.mins;
+  const bool q4 = f.q4, q5 = f.q5, q6 = f.q6, q4k = f.q4k, mins = f.mins;
   const int32_t offset = f.offset;
   for (int64_t i = 0; i < act.m; ++i)
     for (int64_t r = 0; r < kRows; ++r) {
@@ -231,7 +233,12 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
           continue;
         }
         float dw, mw = 0.0f;
-        if (b.affine()) {
+        if (q4k) {  // d·sc and (−dmin)·m: exact in F32
+          const uint8_t* sm = b.q4k_scales(g, blk);
+          const uint16_t* d = b.q4k_d(g, blk);
+          dw = f16_to_f32(d[r]) * static_cast<float>(sm[r]);
+          mw = f16_to_f32(d[kRows + r]) * static_cast<float>(sm[kRows + r]);
+        } else if (b.affine()) {
           const float* p = b.params(g) + (blk >> b.param_shift) * 32;
           dw = p[r];
           mw = p[kRows + r];

@@ -1,4 +1,4 @@
-// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights, and mlx-lm affine 4-bit / 8-bit
+// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights, and mlx-lm affine 4-bit / 8-bit
 // weights, copied at load into groups of 16 rows
 // interleaved word by word (llama.cpp's "repack" idea), for the kernels that keep one output row per
 // vector lane: one vpdpbusd multiplies four columns of 16 weight rows by the same four activation
@@ -14,7 +14,8 @@
 // with (d·sc_1)·d_x)
 // and for Q4_1 and the affine formats (w = d_w·q_w + m_w, q_w the unsigned code) then
 //   acc = fma(m_w[b], d_x[b]·float(Σ_{c∈b} q_x[c]), acc).
-// For an affine matrix (and a GGUF Q4_K one, copied as affine 4-bit: interleave_q4_k) d_w[b] and m_w[b] are the scale and bias of the mlx group (32, 64 or 128
+// (GGUF Q4_K: d_w[b] = d·sc and m_w[b] = (−dmin)·m of the sub-block, formed from the copy's bytes, exact.)
+// For an affine matrix (and a GGUF Q5_K one, copied as affine 5-bit: interleave_q5_k) d_w[b] and m_w[b] are the scale and bias of the mlx group (32, 64 or 128
 // columns) that holds block b, kept in F32: mlx stores them as BF16 or F32, and BF16 → F16 would
 // not be exact (range), BF16 → F32 is.
 // The integer block sums are exact; each product of two scales is rounded once; one F32 chain per
@@ -38,13 +39,13 @@ inline constexpr int64_t kInterleavedRows = 16;
 inline constexpr int64_t kInterleavedBlock = 32;
 
 // What an interleaved copy was made from: a GGUF block type, or an mlx-lm affine matrix.
-enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8, Q5_0, Q5_1, Q6_K, Affine5 };
+enum class InterleavedKind : uint8_t { Q4_0, Q4_1, Q8_0, Affine4, Affine8, Q5_0, Q5_1, Q6_K, Affine5, Q4_K };
 const char* interleaved_kind_name(InterleavedKind k);
 
 // The interleaved copy of one [n, k] weight. Group g holds rows 16g .. 16g + 15 (rows past n are
 // zero codes with scale 0). Per block b of 32 columns, a group stores its codes as 64-byte words,
 // lane r of word t = four bytes of row r:
-//   Q4_0, Q4_1, Affine4: 4 words; word t = the block's GGUF bytes qs[4t .. 4t + 3] (low nibbles:
+//   Q4_0, Q4_1, Affine4, Q4_K: 4 words; word t = the block's GGUF bytes qs[4t .. 4t + 3] (low nibbles:
 //         columns 4t .. 4t + 3, high nibbles: columns 16 + 4t ..), nibbles unsigned (Q4_0's code
 //         is nibble − 8; mlx's LSB-first uint32 words are repacked into this order at copy time);
 //   Q8_0: 8 words; word t = columns 4t .. 4t + 3 as q_w + 128 (unsigned);
@@ -56,12 +57,19 @@ const char* interleaved_kind_name(InterleavedKind k);
 //         words of high bits: word 4 + p, lane r's byte e, bits 2t, 2t + 1 = the high bits of column
 //         16p + 4t + e (p = 0: columns 0..15, p = 1: 16..31), so that word t's are one shift and one
 //         mask away (384 bytes: 6 bits a weight).
+//   Q4_K: the nibbles q of the GGUF sub-block (w = (d·sc)·q − dmin·m), as Q4's 4 words.
 // then, after all blocks' codes,
 //   GGUF: per block the 16 rows' f16 scales d (32 bytes), for Q4_1 and Q5_1 followed by their f16 mins m
 //         (32 bytes);
 //   Q6_K: per super-block of 8 blocks (320 bytes), per block the 16 rows' int8 scales sc of columns
 //         0..15 then of 16..31 (32 bytes), then the 16 rows' d as F32 (64 bytes): a half's scale is
 //         d·sc, exact in F32 (11 × 8 significant bits), formed in the kernel (6.6 bits a weight in all);
+//   Q4_K: per super-block of 8 blocks (320 bytes), per block the 16 rows' 6-bit scales sc then
+//         their 6-bit mins m as bytes (32 bytes), then the 16 rows' f16 d (32 bytes) and f16 −dmin
+//         (32 bytes), as the file stores them (4.625 bits a weight; the file: 4.5). The kernels form
+//         d·sc and (−dmin)·m in F32, exact (11 × 6 significant bits), the very values an affine copy
+//         with F32 parameters per block would hold (the block model's Q4_1 steps), at 40 bytes of
+//         parameters per block instead of 128: decode streams every byte once, so the bytes set its speed;
 //   affine: per mlx group of columns (2^param_shift blocks) the 16 rows' F32 scales then their F32
 //         biases (128 bytes: stored once per group, not per block, so that a decode step streams
 //         4 + 64/group_size bits per weight at 4-bit).
@@ -70,7 +78,7 @@ struct InterleavedBlocks {
   int64_t n = 0, k = 0;
   int64_t blocks = 0;       // k / 32
   int64_t code_bytes = 0;   // per block and group: 256 (4-bit), 320 (5-bit), 384 (6-bit) or 512 (8-bit)
-  int64_t scale_bytes = 0;  // per block and group: 32, or 64 with Q4_1's mins; Q6_K: 40; affine: 128 >> param_shift
+  int64_t scale_bytes = 0;  // per block and group: 32, or 64 with Q4_1's mins; Q6_K, Q4_K: 40; affine: 128 >> param_shift
   int param_shift = 0;      // affine: log2(blocks per mlx group); 0 for GGUF
   int64_t group_bytes = 0;  // codes and scales of one group, a multiple of 64
   std::shared_ptr<uint8_t[]> storage;
@@ -94,6 +102,13 @@ struct InterleavedBlocks {
   const float* q6k_d(int64_t g, int64_t b) const {
     return reinterpret_cast<const float*>(codes(g) + blocks * code_bytes + (b / 8) * 320 + 256);
   }
+  // Q4_K: block b's 16 scales sc then 16 mins m (bytes), and its super-block's 16 f16 d then 16 f16 −dmin.
+  const uint8_t* q4k_scales(int64_t g, int64_t b) const {
+    return codes(g) + blocks * code_bytes + (b / 8) * 320 + (b % 8) * 32;
+  }
+  const uint16_t* q4k_d(int64_t g, int64_t b) const {
+    return reinterpret_cast<const uint16_t*>(codes(g) + blocks * code_bytes + (b / 8) * 320 + 256);
+  }
   int64_t nbytes() const { return groups() * group_bytes; }
 };
 
@@ -107,10 +122,11 @@ bool interleave_enabled_affine();
 
 // The copy (rows split over the pool). w: [n, k] of an interleavable type; Q4_K goes to interleave_q4_k.
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool = nullptr);
-// The copy of a Q4_K matrix (interleaved_q4k.cpp; k a multiple of 256): an Affine4 copy with one F32
-// scale d·sc and bias −(dmin·m) per 32-column sub-block (param_shift 0), both exact in F32, so the
-// copy dequantizes to the GGUF Q4_K values bit for bit (read it back with deinterleave_affine_row).
+// The copy of a Q4_K matrix (interleaved_q4k.cpp; k a multiple of 256): kind Q4_K, the nibbles,
+// 6-bit scales and mins and f16 d, −dmin as stored, so that d·sc and −dmin·m (both exact in F32)
+// dequantize to the GGUF Q4_K values bit for bit (read back by deinterleave_q4_k_row).
 std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, ThreadPool* pool = nullptr);
+void deinterleave_q4_k_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
 // The copy of a Q5_K matrix (interleaved_q4k.cpp; k a multiple of 256): as Q4_K's, an affine copy
 // (kind Affine5: Q5_1's code words, F32 scale d·sc and bias −(dmin·m) per 32 columns, exact).
 std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, ThreadPool* pool = nullptr);
@@ -118,7 +134,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, Thread
 // scales as stored (no rounding), read back by deinterleave_q6_k_row.
 std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, ThreadPool* pool = nullptr);
 void deinterleave_q6_k_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
-// Row j of the copy as the original GGUF blocks (tests: the layout round-trips). Not for Q4_K's copy.
+// Row j of the copy as the original GGUF blocks (tests: the layout round-trips). Not for Q5_K's (affine) copy.
 void deinterleave_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
 // The copy of an mlx affine matrix (interleaved_affine.cpp), and row j of it read back as mlx
 // stores it: cols·bits/32 packed uint32 words, cols/group_size scales and biases (F32).
@@ -172,16 +188,18 @@ void interleaved_group_avx2(const InterleavedBlocks& w, const Q8Activations& act
 template <InterleavedKind K>
 struct InterleavedFmt {
   static constexpr bool kAffine = K == InterleavedKind::Affine4 || K == InterleavedKind::Affine8 || K == InterleavedKind::Affine5;
-  static constexpr bool kNibbles = K == InterleavedKind::Q4_0 || K == InterleavedKind::Q4_1 || K == InterleavedKind::Affine4;
+  // GGUF Q4_K: nibble words, and per block 6-bit scales and mins with the super-block's f16 d, −dmin.
+  static constexpr bool kQ4K = K == InterleavedKind::Q4_K;
+  static constexpr bool kNibbles = K == InterleavedKind::Q4_0 || K == InterleavedKind::Q4_1 || K == InterleavedKind::Affine4 || kQ4K;
   // Nibble words plus a word of fifth bits; multiplied as 8-bit codes (0..31).
   static constexpr bool kFive = K == InterleavedKind::Q5_0 || K == InterleavedKind::Q5_1 || K == InterleavedKind::Affine5;
   // Q6_K: nibble words plus two words of high bit pairs, 8-bit codes 0..63; and a scale per 16
   // columns, so a block is two integer sums (words 0..3, 4..7), each with its own F32 step.
   static constexpr bool kSix = K == InterleavedKind::Q6_K;
   static constexpr bool kSplit = kSix;
-  static constexpr bool kMin = K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1 || kAffine;
+  static constexpr bool kMin = K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1 || kAffine || kQ4K;
   static constexpr int kCodeBytes = kNibbles ? 256 : kFive ? 320 : kSix ? 384 : 512;
-  static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : kSix ? 40 : 32;
+  static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : (kSix || kQ4K) ? 40 : 32;
   static constexpr int32_t kOffset = K == InterleavedKind::Q4_0   ? 8
                                      : K == InterleavedKind::Q8_0 ? 128
                                      : K == InterleavedKind::Q5_0 ? 16
@@ -201,6 +219,7 @@ decltype(auto) with_kind(InterleavedKind k, F&& f) {
     case InterleavedKind::Q5_1: return f.template operator()<InterleavedKind::Q5_1>();
     case InterleavedKind::Q6_K: return f.template operator()<InterleavedKind::Q6_K>();
     case InterleavedKind::Affine5: return f.template operator()<InterleavedKind::Affine5>();
+    case InterleavedKind::Q4_K: return f.template operator()<InterleavedKind::Q4_K>();
     default: return f.template operator()<InterleavedKind::Q8_0>();
   }
 }

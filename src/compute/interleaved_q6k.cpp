@@ -19,13 +19,12 @@ constexpr int64_t kRows = kInterleavedRows;
 constexpr int64_t kSuper = 256;       // columns of a Q6_K super-block
 constexpr int64_t kSuperBytes = 210;  // ql[128], qh[64], scales[16], f16 d
 
-// Column e's 6-bit code in a Q6_K super-block, and the inverse (sets its bits in ql / qh).
-int q6k_code(const uint8_t* p, int e) {
-  const int h = e / 128, s = (e % 128) / 32, l = e % 32;
-  const uint8_t lb = p[h * 64 + (s % 2) * 32 + l];
-  const int low = s < 2 ? (lb & 0x0f) : (lb >> 4);
-  return low | ((p[128 + h * 32 + l] >> (2 * s)) & 3) << 4;
+uint32_t load_u32(const uint8_t* p) {  // four bytes, little-endian as the file stores them
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
+// Sets column e's 6-bit code q in a Q6_K super-block's ql / qh (the copy read back).
 void set_q6k_code(uint8_t* p, int e, int q) {
   const int h = e / 128, s = (e % 128) / 32, l = e % 32;
   p[h * 64 + (s % 2) * 32 + l] |= static_cast<uint8_t>((q & 0x0f) << (s < 2 ? 0 : 4));
@@ -59,13 +58,26 @@ std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, Thread
         auto* scales = const_cast<int8_t*>(b.q6k_scales(g, blk));
         scales[r] = sc[2 * s];
         scales[kRows + r] = sc[2 * s + 1];
+        // Block s is columns 32s .. 32s + 31 of the super-block: h = s / 4, quarter u = s % 4; column
+        // 32s + c's low nibble is nibble u / 2 of ql[64h + 32(u % 2) + c], its high pair bits 2u, 2u + 1
+        // of qh[32h + c]. Four columns at a time in 32-bit words (one byte each).
+        const int h = s / 4, u = s % 4;
+        const uint8_t* ql = p + 64 * h + 32 * (u % 2);
+        const uint8_t* qh = p + 128 + 32 * h;
+        const int nibble_shift = 4 * (u / 2), pair_shift = 2 * u;
         uint8_t* dst = codes + blk * b.code_bytes + r * 4;
-        for (int c = 0; c < 32; ++c) {
-          const int q = q6k_code(p, 32 * s + c);
-          const Place at = place(c);
-          dst[at.nibble_word * 64 + at.byte] |= static_cast<uint8_t>((q & 0x0f) << at.nibble_shift);
-          dst[at.high_word * 64 + at.byte] |= static_cast<uint8_t>((q >> 4) << at.high_shift);
+        // Nibble word t, byte e: column 4t + e low, 16 + 4t + e high; high word 4 + p, byte e, bits
+        // 2t, 2t + 1: column 16p + 4t + e.
+        uint32_t high[2] = {0, 0};
+        for (int t = 0; t < 4; ++t) {
+          const uint32_t word = ((load_u32(ql + 4 * t) >> nibble_shift) & 0x0f0f0f0fu) |
+                                ((load_u32(ql + 16 + 4 * t) >> nibble_shift) & 0x0f0f0f0fu) << 4;
+          std::memcpy(dst + t * 64, &word, 4);
+          for (int part = 0; part < 2; ++part)
+            high[part] |= ((load_u32(qh + 16 * part + 4 * t) >> pair_shift) & 0x03030303u) << (2 * t);
         }
+        std::memcpy(dst + 256, &high[0], 4);
+        std::memcpy(dst + 320, &high[1], 4);
       }
     }
   });

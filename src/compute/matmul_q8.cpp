@@ -248,6 +248,8 @@ void Q8Activations::pack_blocks8(ThreadPool* pool) {
   xb.resize(static_cast<size_t>(m * k));
   xd.resize(static_cast<size_t>(m * nb));
   xs.resize(static_cast<size_t>(m * nb));
+  xm.resize(static_cast<size_t>(m * nb));
+  xo16.resize(static_cast<size_t>(2 * m * nb));
   auto pack = [&](int64_t grp0, int64_t grp1) {
     for (int64_t i0 = grp0 * 8; i0 < std::min(m, grp1 * 8); i0 += 8) {
       const int64_t rows = std::min<int64_t>(8, m - i0);
@@ -257,6 +259,9 @@ void Q8Activations::pack_blocks8(ThreadPool* pool) {
           std::memcpy(&xb[at * 32], &q[i * k + b * 32], 32);
           xd[at] = d4[(i * k + b * 32) / 4];
           xs[at] = sum32[i * nb + b];
+          xm[at] = xd[at] * static_cast<float>(xs[at]);
+          xo16[2 * at] = -32 * sum16[2 * (i * nb + b)];
+          xo16[2 * at + 1] = -32 * sum16[2 * (i * nb + b) + 1];
         }
     }
   };

@@ -49,10 +49,16 @@ struct Q8Activations {
   // The interleaved kernel's layout (pack_blocks8; interleaved_blocks.h): rows in groups of eight
   // (the last may hold fewer, R), block-major inside a group: row i0 + r's codes of block b at
   // xb[(i0·nb + b·R + r)·32], its d_x and Σ q_x at xd / xs[i0·nb + b·R + r] (nb = k / 32, i0 a
-  // multiple of 8), so that a kernel reaches eight rows' data at constant offsets from one pointer.
+  // multiple of 8), so that a kernel reaches eight rows' data at constant offsets from one pointer;
+  // xm = d_x·float(Σ q_x) at the same place (the min step's factor, rounded once as the block model
+  // rounds it: one broadcast load a block instead of a conversion, a product and a broadcast).
   std::vector<int8_t> xb;
   std::vector<float> xd;
   std::vector<int32_t> xs;
+  std::vector<float> xm;
+  // −32·Σ q_x of columns 0..15 and of 16..31 of the block at [2·(i0·nb + b·R + r) + half]: the
+  // exact int32 start of a Q6_K copy's two sums (its codes are q + 32), one broadcast load each.
+  std::vector<int32_t> xo16;
   void pack_blocks8(ThreadPool* pool = nullptr);
   const uint8_t* x8_records() const;  // x8's data, 64-byte aligned
 };

@@ -1,10 +1,10 @@
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights:
 // random blocks on awkward shapes (one row, n not a multiple of 16, one block, k an odd number of blocks).
 // Tolerances, and why:
-//   - the layout: every row read back from the copy equals the GGUF row byte for byte; Q4_K's copy
-//     (affine 4-bit, scale d·sc and bias −dmin·m per 32 columns) dequantizes to the gguf dequantizer's
-//     F32 values bit for bit (both are (d·sc)·q − dmin·m with d·sc, dmin·m exact in F32); Q6_K's
-//     copy (kind Q6_K: codes, int8 scales, F32 d) reads back to the GGUF bytes;
+//   - the layout: every row read back from the copy equals the GGUF row byte for byte (Q4_K's and
+//     Q6_K's kinds too); Q4_K's and Q5_K's copies dequantize to the gguf dequantizer's F32 values bit
+//     for bit (both are (d·sc)·q − dmin·m with d·sc, dmin·m exact in F32); the Q4_K kernels give
+//     the numbers of an affine copy with those F32 parameters, bit for bit;
 //   - the AVX2, AVX-VNNI and AVX512-VNNI kernels against the scalar block model (each where the CPU has it):
 //     exact (integer block sums are exact, also at the extreme codes where a naive maddubs would
 //     saturate; the F32 chain is the same operations in the same order);
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "graft/core/error.h"
+#include "graft/core/gguf_blocks.h"
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
 #include "q8_test_util.h"
@@ -67,6 +68,18 @@ TEST(InterleavedBlocks, EveryRowReadsBackAsTheGgufRow) {
             << dtype_name(t) << " row " << j << " of " << s.n;
       }
     }
+}
+
+// The copy at load runs over the thread pool (groups of 16 rows split between threads): the same
+// bytes as on one thread, every kind.
+TEST(InterleavedBlocks, CopyOverThePoolHasTheBytesOfOneThread) {
+  ThreadPool pool(3);
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const Tensor w = random_blocks(t, 70, 512, 131);  // five groups, the last one short
+    const auto one = interleave_blocks(w), pooled = interleave_blocks(w, &pool);
+    ASSERT_EQ(one->nbytes(), pooled->nbytes()) << dtype_name(t);
+    EXPECT_EQ(std::memcmp(one->base, pooled->base, static_cast<size_t>(one->nbytes())), 0) << dtype_name(t);
+  }
 }
 
 TEST(InterleavedBlocks, RefusesOtherFormats) {
@@ -216,21 +229,63 @@ TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
                                                     std::string(std::getenv("GRAFT_Q8_INTERLEAVE")) == "0"));
 }
 
-// GGUF Q4_K, copied as affine 4-bit with one scale and bias per 32 columns (interleave_q4_k). Shapes:
-// k whole super-blocks; n one row, one group short or one row over, several groups.
+// GGUF Q4_K in its own interleaved kind (interleave_q4_k): nibble words, 6-bit scales and mins,
+// f16 d and −dmin. Shapes: k whole super-blocks; n one row, one group short or one row over, several groups.
 const Shape3 kShapesQ4K[] = {{1, 1, 256},   {2, 15, 512},  {3, 17, 768}, {8, 33, 256},
                              {9, 17, 512},  {16, 15, 256}, {20, 33, 768}};
 
-// Row j of the copy dequantized (scale·q + bias per block of 32), as F32.
+// Row j of the copy dequantized from its layout ((d·sc)·q + (−dmin)·m per block of 32), as F32.
 std::vector<float> dequantized_copy_row(const InterleavedBlocks& b, int64_t j) {
-  std::vector<uint32_t> packed(static_cast<size_t>(b.k / 8));
-  std::vector<float> scales(static_cast<size_t>(b.blocks)), biases(scales.size()), row(static_cast<size_t>(b.k));
-  deinterleave_affine_row(b, j, packed.data(), scales.data(), biases.data());
-  for (int64_t c = 0; c < b.k; ++c) {
-    const uint32_t q = (packed[c / 8] >> (4 * (c % 8))) & 0x0f;
-    row[c] = scales[c / 32] * static_cast<float>(q) + biases[c / 32];
+  const int64_t g = j / 16, r = j % 16;
+  std::vector<float> row(static_cast<size_t>(b.k));
+  for (int64_t blk = 0; blk < b.blocks; ++blk) {
+    const uint8_t* w = b.codes(g) + blk * b.code_bytes + r * 4;
+    const uint8_t* sm = b.q4k_scales(g, blk);
+    const uint16_t* d = b.q4k_d(g, blk);
+    const float scale = f16_to_f32(d[r]) * static_cast<float>(sm[r]);
+    const float bias = f16_to_f32(d[16 + r]) * static_cast<float>(sm[16 + r]);
+    for (int c = 0; c < 32; ++c) {
+      const int t = c / 4, e = c % 4;
+      const int q = t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4);
+      row[blk * 32 + c] = scale * static_cast<float>(q) + bias;
+    }
   }
   return row;
+}
+
+// The same weights as an mlx-style affine 4-bit matrix (group 32, F32 scale d·sc and bias
+// −(dmin·m) per group, both exact): what the Q4_K copy was before it had a kind of its own.
+AffineQuantized affine_of_q4_k(const Tensor& w) {
+  const int64_t n = w.shape[0], k = w.shape[1], supers = k / 256;
+  std::vector<uint8_t> packed(static_cast<size_t>(n * k / 2)), scales(static_cast<size_t>(n * k / 32 * 4)),
+      biases(scales.size());
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      const uint8_t* p = src + (j * supers + sb) * 144;
+      for (int s = 0; s < 8; ++s) {
+        uint8_t sc, m;
+        q4k_scale_min(p + 4, s, &sc, &m);
+        const float scale = gguf_f16_at(p) * static_cast<float>(sc), bias = -(gguf_f16_at(p + 2) * static_cast<float>(m));
+        const int64_t grp = j * (k / 32) + sb * 8 + s;
+        std::memcpy(&scales[static_cast<size_t>(grp * 4)], &scale, 4);
+        std::memcpy(&biases[static_cast<size_t>(grp * 4)], &bias, 4);
+        for (int c = 0; c < 32; ++c) {  // mlx: LSB-first nibbles, eight a word
+          const uint8_t q = (p[16 + 32 * (s / 2) + c] >> (4 * (s % 2))) & 0x0f;
+          const int64_t col = j * k + sb * 256 + s * 32 + c;
+          packed[static_cast<size_t>(col / 2)] |= static_cast<uint8_t>(q << (4 * (col % 2)));
+        }
+      }
+    }
+  AffineQuantized a;
+  a.packed = Tensor::owned(DType::U32, {n, k / 8}, std::move(packed));
+  a.scales = Tensor::owned(DType::F32, {n, k / 32}, std::move(scales));
+  a.biases = Tensor::owned(DType::F32, {n, k / 32}, std::move(biases));
+  a.bits = 4;
+  a.group_size = 32;
+  a.rows = n;
+  a.cols = k;
+  return a;
 }
 
 // Every code lowest (nibble 0) or highest (15) by column pattern, and sub-block scales and mins
@@ -246,20 +301,42 @@ Tensor extreme_q4_k(int64_t n, int64_t k, uint32_t seed) {
   return w;
 }
 
-TEST(InterleavedQ4K, CopyDequantizesToTheGgufValuesBitForBit) {
+TEST(InterleavedQ4K, EveryRowReadsBackAsTheGgufRowAndDequantizesToItsValues) {
   for (uint32_t seed : {61u, 62u})
     for (const auto& s : kShapesQ4K) {
       const Tensor w = seed == 61 ? random_blocks(DType::Q4_K, s.n, s.k, seed) : extreme_q4_k(s.n, s.k, seed);
-      const auto b = interleave_q4_k(w);
-      EXPECT_EQ(b->kind, InterleavedKind::Affine4);
-      EXPECT_EQ(b->param_shift, 0);
+      const auto b = interleave_blocks(w);
+      EXPECT_EQ(b->kind, InterleavedKind::Q4_K);
       EXPECT_EQ(b->groups(), (s.n + 15) / 16);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
+      EXPECT_EQ(b->group_bytes, b->blocks * (256 + 40));  // 4.625 bits a weight
       std::vector<float> ref(static_cast<size_t>(s.k));
       const int64_t row_bytes = dtype_bytes(DType::Q4_K, s.k);
+      std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
       for (int64_t j = 0; j < s.n; ++j) {
-        dequantize_gguf_blocks(DType::Q4_K, static_cast<const uint8_t*>(w.data) + j * row_bytes, ref.data(), s.k);
+        const uint8_t* gguf = static_cast<const uint8_t*>(w.data) + j * row_bytes;
+        deinterleave_row(*b, j, row.data());
+        ASSERT_EQ(std::memcmp(row.data(), gguf, row_bytes), 0) << "row " << j << " of " << s.n << " k=" << s.k;
+        dequantize_gguf_blocks(DType::Q4_K, gguf, ref.data(), s.k);
         const auto got = dequantized_copy_row(*b, j);
         ASSERT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "row " << j << " of " << s.n << " k=" << s.k;
+      }
+    }
+}
+
+// The Q4_K kind computes what the affine copy with F32 parameters per block (its layout before,
+// 128 bytes of parameters a block instead of 40) computed: the same numbers, bit for bit, on every kernel.
+TEST(InterleavedQ4K, EqualsTheAffineCopyWithF32Parameters) {
+  for (const auto& s : kShapesQ4K)
+    for (const Tensor& w : {random_blocks(DType::Q4_K, s.n, s.k, 63), extreme_q4_k(s.n, s.k, 65)}) {
+      const auto x = random_x(s.m, s.k, 66);
+      const auto q4k = interleave_q4_k(w);
+      const auto affine = interleave_affine(affine_of_q4_k(w));
+      ASSERT_EQ(affine->kind, InterleavedKind::Affine4);
+      for (Q8Kernel kernel : {Q8Kernel::Scalar, Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni}) {
+        if (!q8_kernel_supported(kernel)) continue;
+        EXPECT_EQ(run(*q4k, x.data(), s.m, kernel), run(*affine, x.data(), s.m, kernel))
+            << q8_kernel_name(kernel) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
       }
     }
 }
