@@ -213,9 +213,10 @@ int register_matmul() {
       benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/1/" + shape).c_str(), BM_MatmulDecode, dt, s[0], s[1],
                                    false)
           ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/512/" + shape).c_str(), BM_MatmulPrefill, dt, 512, s[0],
-                                   s[1])
-          ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+      auto* b512 = benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/512/" + shape).c_str(), BM_MatmulPrefill, dt,
+                                                512, s[0], s[1]);
+      b512->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+      if (dt == DType::BF16) b512->Arg(2);
     }
   }
   return 0;
