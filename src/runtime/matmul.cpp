@@ -82,11 +82,12 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
     } else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations) {
       any_blocks = true;
       block_types.push_back(w.dense.dtype);
-    } else if (w.bf16_activations) {
-      any_bf16 = true;
+    } else {
       detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y);
-    } else
-      detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y);
+      if (w.bf16_activations && w.dense.dtype != DType::BF16)
+        fail_as(ErrorKind::kInternal, "matmul_many: bf16 activations on a ", dtype_name(w.dense.dtype), " matrix");
+      any_bf16 = any_bf16 || w.bf16_activations;
+    }
     start[i + 1] = start[i] + w.rows;
     if (i + 1 == n_first) start[i + 1] = (start[i + 1] + kGroupCols - 1) / kGroupCols * kGroupCols;
   }
