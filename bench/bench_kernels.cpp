@@ -138,6 +138,7 @@ void BM_MatmulDecode(benchmark::State& state, DType dt, int64_t n, int64_t k, bo
     at = (at + 1) % ws.size();
   }
   set_counters(state, 1, n, k, wbytes);
+  if (ws[0].bf16_activations) state.SetLabel("bf16-dot");
 }
 
 void BM_MatmulPrefill(benchmark::State& state, DType dt, int64_t m, int64_t n, int64_t k) {
@@ -150,6 +151,7 @@ void BM_MatmulPrefill(benchmark::State& state, DType dt, int64_t m, int64_t n, i
     benchmark::DoNotOptimize(y.data());
   }
   set_counters(state, m, n, k, graft::dtype_bytes(dt, n * k));
+  if (w.bf16_activations) state.SetLabel("bf16-dot");
 }
 
 // The copy into the interleaved layout at load (prepare_matrix on one matrix; the file's bytes per
@@ -211,16 +213,25 @@ int register_matmul() {
   // the head; Q5_K for Q5_K_M files): decode and a 512-token prompt, one thread. GRAFT_Q8_INTERLEAVE=0 runs the stored
   // blocks' kernels instead (the comparison in docs/PERFORMANCE.md).
   const int64_t k3b[][2] = {{3072, 3072}, {8192, 3072}, {3072, 8192}};
-  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  // BF16 too (dense: vdpbf16ps on BF16-rounded activations where the CPU has AVX512-BF16, else
+  // the F32-FMA tiles; GRAFT_BF16_DOT=0 forces the latter), with 2 and 8 rows for the threshold.
+  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::BF16}) {
     const std::string d(graft::dtype_name(dt));
     for (const auto& s : k3b) {
+      if (dt == DType::BF16)
+        for (int64_t m : {2, 8})
+          benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/" + std::to_string(m) + "/" + std::to_string(s[0]) +
+                                        "/" + std::to_string(s[1])).c_str(),
+                                       BM_MatmulPrefill, dt, m, s[0], s[1])
+              ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
       const std::string shape = std::to_string(s[0]) + "/" + std::to_string(s[1]);
       benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/1/" + shape).c_str(), BM_MatmulDecode, dt, s[0], s[1],
                                    false)
           ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/512/" + shape).c_str(), BM_MatmulPrefill, dt, 512, s[0],
-                                   s[1])
-          ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+      auto* b512 = benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/512/" + shape).c_str(), BM_MatmulPrefill, dt,
+                                                512, s[0], s[1]);
+      b512->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+      if (dt == DType::BF16) b512->Arg(2);
     }
     benchmark::RegisterBenchmark(("BM_Interleave3B/" + d + "/8192/3072").c_str(), BM_InterleaveAtLoad, dt, 8192, 3072)
         ->ArgName("threads")->Arg(1)->Arg(t)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -10,13 +10,16 @@ namespace graft::runtime {
 std::string describe_kernels(const model::ModelWeights& w) {
   std::map<std::string, int> formats;
   bool blocks = false, dense = false, affine = false, interleaved = false, affine_interleaved = false,
-       f32_blocks = false;
+       f32_blocks = false, bf16_dot = false;
   auto add = [&](const model::Matrix& m) {
     if (m.quantized()) {
       (m.interleaved ? affine_interleaved : affine) = true;
       ++formats["mlx affine " + std::to_string(m.quant.bits) + "-bit"];
     } else {
-      (m.f32_activations ? f32_blocks : dtype_is_quantized(m.dense.dtype) ? blocks : dense) = true;
+      (m.bf16_activations ? bf16_dot
+       : m.f32_activations ? f32_blocks
+       : dtype_is_quantized(m.dense.dtype) ? blocks
+                                           : dense) = true;
       interleaved = interleaved || m.interleaved != nullptr;
       ++formats[std::string(dtype_name(m.dense.dtype))];
     }
@@ -28,6 +31,7 @@ std::string describe_kernels(const model::ModelWeights& w) {
   for (const auto& [name, count] : formats) s += " " + name + " x" + std::to_string(count);
   s += " | kernels:";
   if (dense) s += std::string(" dense ") + matmul_isa();
+  if (bf16_dot) s += " bf16-dot bf16-activations avx512bf16 (vdpbf16ps)";
   if (blocks) s += std::string(" gguf-blocks q8-activations ") + matmul_q8_kernel();
   if (f32_blocks) s += std::string(" gguf-blocks f32-activations (dequantized per tile) ") + matmul_isa();
   if (interleaved) s += " (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K rows interleaved x16)";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "graft/core/error.h"
+#include "graft/compute/bf16_dot.h"
 #include "graft/runtime/kernels.h"
 #include "graft/model/weights.h"
 #include "compute/interleaved_blocks.h"
@@ -47,6 +48,8 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
   }
   if (w.quantized())
     matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
+  else if (w.bf16_activations)
+    matmul_bf16_dot(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
   else if (w.f32_activations)
     matmul_f32_activations(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
   else
@@ -65,7 +68,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   // Each target's preparation, and its first column in the concatenated column space (the main
   // targets from a multiple of 16, so no unit holds columns of both kinds).
   std::vector<DType> block_types;  // of the GGUF block weights read as stored
-  bool any_blocks = false, any_interleaved = false;
+  bool any_blocks = false, any_interleaved = false, any_bf16 = false;
   std::vector<AffinePrepared> affine(targets.size());
   std::vector<int64_t> start(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -79,9 +82,12 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
     } else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations) {
       any_blocks = true;
       block_types.push_back(w.dense.dtype);
-    }
-    else
+    } else {
       detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y);
+      if (w.bf16_activations && w.dense.dtype != DType::BF16)
+        fail_as(ErrorKind::kInternal, "matmul_many: bf16 activations on a ", dtype_name(w.dense.dtype), " matrix");
+      any_bf16 = any_bf16 || w.bf16_activations;
+    }
     start[i + 1] = start[i] + w.rows;
     if (i + 1 == n_first) start[i + 1] = (start[i + 1] + kGroupCols - 1) / kGroupCols * kGroupCols;
   }
@@ -89,6 +95,8 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   detail::Q8Activations act;
   if (any_blocks) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
   if (any_interleaved) detail::prepare_interleaved(act, q8, pool);
+  Bf16Rows bf16_x;  // x rounded once for every BF16 target
+  if (any_bf16) round_rows_bf16(x, m, k, bf16_x, &pool);
   const detail::Isa isa = detail::best_isa();
   // Columns [g0, g1) of the concatenated space, each target's epilogue on its own columns.
   auto run_cols = [&](int64_t g0, int64_t g1) {
@@ -102,6 +110,8 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
       else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations)
         detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
+      else if (w.bf16_activations)
+        bf16_dot_cols(bf16_x, w.dense, targets[i].y, false, j0, j1);
       else
         detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
       if (targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
@@ -154,6 +164,11 @@ int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool, Activations a) {
     // mlx affine: matmul_affine's F32 kernel, as loaded; GGUF blocks: dequantized per tile.
     if (m.interleaved) fail_as(ErrorKind::kInternal, "prepare_matrix: f32 activations on a matrix already interleaved");
     m.f32_activations = !m.quantized() && dtype_is_quantized(m.dense.dtype);
+    m.bf16_activations = false;
+    return 0;
+  }
+  if (!m.quantized() && m.dense.dtype == DType::BF16) {
+    m.bf16_activations = bf16_dot_supported();
     return 0;
   }
   if (m.interleaved) return 0;

@@ -32,6 +32,9 @@ struct Matrix {
   // GGUF blocks multiplied with unrounded F32 activations (runtime::Activations::F32, set by
   // prepare_weights): each tile of rows dequantized, then the dense F32 kernel.
   bool f32_activations = false;
+  // BF16 weights multiplied with BF16-rounded activations on vdpbf16ps (Activations::Q8 on CPUs
+  // with AVX512-BF16, set by prepare_weights; compute/bf16_dot.h: the arithmetic and its error).
+  bool bf16_activations = false;
 
   bool quantized() const { return quant.bits != 0; }
   int64_t nbytes() const { return quantized() ? quant.nbytes() : dense.nbytes(); }

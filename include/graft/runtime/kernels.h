@@ -37,7 +37,10 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
 // kernel, so the logits equal those of the same file loaded with `--dtype f32` bit for bit (F32 math
 // on the dequantized weights, transformers' numbers) without its 4-8x memory; mlx affine matrices
 // stay on matmul_affine's F32 kernel (mlx-lm's numbers). Slower (prefill several times) and kept for
-// checks against the reference frameworks.
+// checks against the reference frameworks. Dense BF16 matrices: Q8 on CPUs with AVX512-BF16 rounds
+// the activations to BF16 and runs vdpbf16ps (compute/bf16_dot.h; Matrix::bf16_activations), for
+// every m, so prefill rows still equal their decode; F32 (and AVX2-only CPUs) keep the exact
+// widening F32 kernel.
 enum class Activations { Q8, F32 };
 Activations parse_activations(std::string_view name, std::string_view option = "--activations");  // "q8" | "f32"
 const char* activations_name(Activations a);
