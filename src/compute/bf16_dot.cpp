@@ -4,6 +4,7 @@
 #include "graft/compute/bf16_dot.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -22,16 +23,6 @@ bool detect_bf16_dot() {
   return detail::best_isa() == detail::Isa::Avx512 && __builtin_cpu_supports("avx512bf16");
 }
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 // Denormal in, denormal out: a zero of the same sign (the instructions' DAZ / FTZ).
 float flush(float f) { return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f; }
 
@@ -50,7 +41,7 @@ bool bf16_dot_supported() {
 }
 
 uint16_t round_to_bf16(float x) {
-  const uint32_t u = bits_of(x);
+  const uint32_t u = std::bit_cast<uint32_t>(x);
   const uint32_t exp = (u >> 23) & 0xff, mant = u & 0x7fffff;
   if (exp == 0) return static_cast<uint16_t>((u >> 16) & 0x8000);  // zero or denormal
   if (exp == 0xff) {
@@ -62,7 +53,7 @@ uint16_t round_to_bf16(float x) {
 }
 
 float bf16_dot_lane(float acc, uint16_t x_even, uint16_t w_even, uint16_t x_odd, uint16_t w_odd) {
-  auto in = [](uint16_t h) { return flush(float_of(static_cast<uint32_t>(h) << 16)); };
+  auto in = [](uint16_t h) { return flush(std::bit_cast<float>(static_cast<uint32_t>(h) << 16)); };
   acc = flush(std::fma(in(x_odd), in(w_odd), flush(acc)));
   return flush(std::fma(in(x_even), in(w_even), acc));
 }

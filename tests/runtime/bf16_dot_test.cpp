@@ -16,6 +16,7 @@
 // matmul_test.cpp).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -29,16 +30,8 @@
 namespace graft::runtime {
 namespace {
 
-float f_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t u_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+float f_of(uint32_t u) { return std::bit_cast<float>(u); }
+uint32_t u_of(float f) { return std::bit_cast<uint32_t>(f); }
 
 // BF16 weights [n, k]: random values, or (wide) random exponents in [e0, e1] with random signs.
 Tensor bf16_weights(int64_t n, int64_t k, std::mt19937& rng, int e0 = 0, int e1 = 0) {
