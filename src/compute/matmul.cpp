@@ -1,18 +1,11 @@
 // matmul() on a Tensor: validation, ISA choice, threading, and the scalar reference.
-#include <immintrin.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
-#include <exception>
-#include <functional>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "graft/core/error.h"
 #include "graft/compute/kernels.h"
-#include "compute/interleaved_blocks.h"
 #include "compute/matmul_internal.h"
 #include "compute/matmul_q8.h"
 
@@ -73,19 +66,14 @@ void check_matmul_args(const char* who, const float* x, int64_t m, int64_t k, co
 
 namespace {
 
-
 // Columns per parallel_for unit: a multiple of every kernel's tile width, so chunks cut on tile
 // boundaries (results do not depend on the cut; this only avoids narrow tail tiles).
 constexpr int64_t kColUnit = 24;
 
-
-}  // namespace
-
 // The dense F32 kernels over w's columns, split over the pool (GGUF blocks: dequantized tile by
-// tile, Activations::F32).
-void matmul_f32_activations(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
-                            bool accumulate, const ColumnEpilogue* epilogue) {
-  detail::check_matmul_args("matmul_f32_activations", x, m, k, w, y);
+// tile, Activations::F32). The arguments are checked by the caller.
+void f32_cols_over_pool(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
+                        bool accumulate, const ColumnEpilogue* epilogue) {
   const int64_t n = w.shape[0];
   if (m == 0 || n == 0) return;
   const detail::MatmulArgs a{x, m, k, n, w.data, w.dtype, y, accumulate};
@@ -102,13 +90,21 @@ void matmul_f32_activations(ThreadPool& pool, const float* x, int64_t m, int64_t
       grain);
 }
 
+}  // namespace
+
+void matmul_f32_activations(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
+                            bool accumulate, const ColumnEpilogue* epilogue) {
+  detail::check_matmul_args("matmul_f32_activations", x, m, k, w, y);
+  f32_cols_over_pool(pool, x, m, k, w, y, accumulate, epilogue);
+}
+
 void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
             bool accumulate, const ColumnEpilogue* epilogue) {
   detail::check_matmul_args("matmul", x, m, k, w, y);
   if (m == 0 || w.shape[0] == 0) return;
   if (dtype_is_quantized(w.dtype))
     return detail::matmul_blocks(pool, detail::best_q8_kernel(), x, m, k, w, y, accumulate, epilogue);
-  matmul_f32_activations(pool, x, m, k, w, y, accumulate, epilogue);
+  f32_cols_over_pool(pool, x, m, k, w, y, accumulate, epilogue);
 }
 
 void matmul_reference(const float* x, int64_t m, int64_t k, const Tensor& w, float* y,

@@ -269,6 +269,10 @@ void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const Seq
   });
 }
 
+Transformer::GluFn Transformer::glu() const {
+  return config_.activation == model::Activation::GeluTanh ? gelu_tanh_mul : silu_mul;
+}
+
 std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const SequenceInput> batch) {
   return forward(pool, batch, *loras_);
 }
@@ -340,7 +344,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     if (c.sandwich_norms) norm_rows(out, post_norm, out);
     add(x.data(), out, T * H);
   };
-  auto glu = c.activation == model::Activation::GeluTanh ? gelu_tanh_mul : silu_mul;
+  const GluFn glu = this->glu();
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const model::LayerWeights& L = weights_.layers[l];

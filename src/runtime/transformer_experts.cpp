@@ -72,6 +72,7 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
     }
   };
   std::fill(y, y + m * H, 0.0f);
+  const GluFn glu_fn = glu();
   std::vector<float> xs, gate, up, down;
   for (int64_t e = 0; e < E; ++e) {
     const auto& rows = rows_of[static_cast<size_t>(e)];
@@ -91,8 +92,7 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
     matmul_many(pool, in, n, gu);
     add_terms(e, 0, rows, in, H, X.gate, gate.data());
     add_terms(e, 1, rows, in, H, X.up, up.data());
-    auto glu = c.activation == model::Activation::GeluTanh ? gelu_tanh_mul : silu_mul;
-    for (int64_t i = 0; i < n; ++i) glu(&gate[i * F], &up[i * F], F, &gate[i * F]);
+    for (int64_t i = 0; i < n; ++i) glu_fn(&gate[i * F], &up[i * F], F, &gate[i * F]);
     matmul(pool, gate.data(), n, X.down, down.data());
     add_terms(e, 2, rows, gate.data(), F, X.down, down.data());
     const auto& w = weight_of[static_cast<size_t>(e)];

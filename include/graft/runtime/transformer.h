@@ -72,6 +72,9 @@ class Transformer {
   // softmax and top-k per row, then each chosen expert once over the rows that chose it, with the
   // adapter terms on that expert for those of its rows whose sequence uses the adapter.
   void experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y, const RowGroups& groups);
+  // The gated activation of the MLPs, dense and expert: out = act(gate) ⊙ up (the config's hidden_act).
+  using GluFn = void (*)(const float* gate, const float* up, int64_t n, float* out);
+  GluFn glu() const;
   void embed_rows(std::span<const SequenceInput> batch, float* x, const RowGroups& groups);
   void attention(ThreadPool& pool, int64_t layer, std::span<const SequenceInput> batch, const float* q,
                  float* out);
