@@ -45,7 +45,7 @@ int run_generate(const GenerateArgs& a) {
   engine::Engine e(o);
   const model::LoadedModel& m = e.model();
   // The first line: which numerics are in force (--activations) and the kernels they run on.
-  std::fprintf(stderr, "activations: %s | %s\n", runtime::activations_name(o.activations),
+  std::fprintf(stderr, "activations: %s | %s\n", runtime::activations_in_force(m.weights, o.activations),
                runtime::describe_kernels(m.weights).c_str());
   report_adapters(e, o);
   const text::Tokenizer& tok = e.tokenizer();

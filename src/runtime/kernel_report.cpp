@@ -41,4 +41,20 @@ std::string describe_kernels(const model::ModelWeights& w) {
   return s;
 }
 
+const char* activations_in_force(const model::ModelWeights& w, Activations requested) {
+  if (requested == Activations::F32) return "f32";
+  // Q8 rounds the activations only of matrices whose kernel takes rounded rows: GGUF blocks and
+  // interleaved mlx affine rows (8-bit), dense BF16 on vdpbf16ps (BF16). A model with none of them
+  // (F32 or F16 weights, BF16 without AVX512-BF16) runs unrounded activations whatever the option.
+  auto rounds = [](const model::Matrix& m) {
+    if (m.quantized()) return m.interleaved != nullptr;
+    return m.bf16_activations || (dtype_is_quantized(m.dense.dtype) && !m.f32_activations);
+  };
+  if (rounds(w.lm_head)) return "q8";
+  for (const auto& L : w.layers)
+    for (const model::Matrix* m : L.matrices())
+      if (rounds(*m)) return "q8";
+  return "f32";
+}
+
 }  // namespace graft::runtime

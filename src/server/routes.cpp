@@ -532,9 +532,8 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   } else if (!svr.bind_to_port(o.host, port)) {
     fail_as(ErrorKind::kIo, "cannot listen on ", o.host, ":", port, " (in use, or not an address of this machine)");
   }
-  st.activations = runtime::activations_name(eo.activations);
-  std::fprintf(stderr, "graft serve: listening on http://%s:%d (loading %s, activations %s)\n", o.host.c_str(), port,
-               eo.model.c_str(), st.activations.c_str());
+  std::fprintf(stderr, "graft serve: listening on http://%s:%d (loading %s, --activations %s)\n", o.host.c_str(), port,
+               eo.model.c_str(), runtime::activations_name(eo.activations));
   std::thread http([&svr] { svr.listen_after_bind(); });
 
   std::atomic<bool> load_done{false};
@@ -544,6 +543,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
       st.engine = std::make_unique<engine::Engine>(eo);
       st.lora_dtype = runtime::lora_dtype_name(eo.lora_dtype);
       const auto& m = st.engine->model();
+      st.activations = runtime::activations_in_force(m.weights, eo.activations);  // before ready: /props reads it
       if (m.chat_template) st.chat = std::make_unique<text::ChatPrompt>(st.engine->tokenizer(), *m.chat_template, m.chat_template_origin);
       const int64_t total = o.ctx_size > 0 ? o.ctx_size : m.config.max_position_embeddings;
       st.slot_ctx = std::max<int64_t>(2, total / o.parallel);
@@ -555,7 +555,6 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
       so.cache_type = o.cache_type;
       st.scheduler = std::make_unique<Scheduler>(*st.engine, so);
       if (o.embeddings) st.pooling = o.pooling ? *o.pooling : engine::default_pooling(m.config);
-      st.ready = true;
       std::string how = st.engine->adapters().fused()       ? ", fused"
                         : st.engine->adapters().size() == 0 ? ""
                                                             : ", factors " + st.lora_dtype;
@@ -565,9 +564,11 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
       if (o.allow_runtime_lora) how += ", runtime loading from " + o.lora_root;
       if (!o.lora_dir.empty()) how += ", --lora-dir " + o.lora_dir;
       if (o.embeddings) how += std::string(", embeddings (pooling ") + engine::pooling_name(st.pooling) + ")";
-      std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s)\n", o.parallel,
-                   static_cast<long long>(st.slot_ctx), std::string(runtime::kv_cache_type_name(o.cache_type)).c_str(),
-                   st.engine->adapters().size(), how.c_str());
+      std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s) | activations: %s | %s\n",
+                   o.parallel, static_cast<long long>(st.slot_ctx),
+                   std::string(runtime::kv_cache_type_name(o.cache_type)).c_str(), st.engine->adapters().size(),
+                   how.c_str(), st.activations.c_str(), runtime::describe_kernels(m.weights).c_str());
+      st.ready = true;  // after the line above, so a client that sees ready also finds the line in the log
     } catch (const std::exception& e) {
       load_error = e.what();
     }

@@ -99,6 +99,28 @@ TEST(F32Activations, MlxAffineStaysOnTheF32Kernel) {
   for (const auto& ids : kPrompts) EXPECT_EQ(test::prompt_logits(q, nullptr, {}, ids), test::prompt_logits(plain, nullptr, {}, ids));
 }
 
+// What the first stderr line and /props report: the activations the prepared weights really take.
+TEST(F32Activations, InForceFollowsTheWeights) {
+  const std::string dir = test::fixture("models/llama_f32");
+  ThreadPool pool(2);
+  model::LoadedModel dense = model::load_model(dir);  // F32 weights: q8 rounds nothing
+  prepare_weights(dense.weights, pool, Activations::Q8);
+  EXPECT_STREQ(activations_in_force(dense.weights, Activations::Q8), "f32");
+  model::LoadedModel q = model::load_model(dir), deq = model::load_model(dir);
+  quantize_projections(q, deq);
+  model::LoadedModel q8 = model::load_model(dir), unused = model::load_model(dir);
+  quantize_projections(q8, unused);
+  prepare_weights(q8.weights, pool, Activations::Q8);
+  EXPECT_STREQ(activations_in_force(q8.weights, Activations::Q8), "q8");
+  prepare_weights(q.weights, pool, Activations::F32);
+  EXPECT_STREQ(activations_in_force(q.weights, Activations::F32), "f32");
+  EXPECT_STREQ(activations_in_force(unused.weights, Activations::Q8), "f32");  // (the dequantized twin)
+  // Not interleaved (GRAFT_Q8_INTERLEAVE=0's effect): GGUF blocks still take 8-bit activations.
+  model::LoadedModel stored = model::load_model(dir), twin = model::load_model(dir);
+  quantize_projections(stored, twin);
+  EXPECT_STREQ(activations_in_force(stored.weights, Activations::Q8), "q8");
+}
+
 TEST(F32Activations, OptionNames) {
   EXPECT_EQ(parse_activations("q8"), Activations::Q8);
   EXPECT_EQ(parse_activations("f32"), Activations::F32);

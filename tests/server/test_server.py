@@ -397,6 +397,13 @@ def test_activations_f32(server):
         assert len(tokens_of(s, PROMPT)) > 0
     finally:
         assert s.stop(signal.SIGINT) == 0, s.output()
+    # --dtype f32 leaves nothing for q8 to round: /props says what is in force, not the option.
+    s = Server("--dtype", "f32", "--parallel", "1")
+    try:
+        assert s.get("/props").json()["activations"] == "f32"
+        assert "activations: f32 | weights: F32" in s.output(), s.output()
+    finally:
+        assert s.stop(signal.SIGINT) == 0, s.output()
     out = subprocess.run([BIN, "serve", "-m", MODEL, "--activations", "f16"], capture_output=True, text=True)
     assert out.returncode == 2 and "'f16' is not an activation type (allowed: q8, f32)" in out.stderr, out.stderr
 

@@ -50,6 +50,10 @@ int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool, Activations a = Activ
 // "weights: Q4_K x84 Q6_K x13 | kernels: gguf-blocks q8-activations avx512vnni": the model's
 // matrix formats (lm_head and the seven projections of each layer) and the kernels they run on.
 std::string describe_kernels(const model::ModelWeights& w);
+// What `requested` means on these prepared weights: "q8" where some matrix takes rounded activations
+// (8-bit blocks, or BF16 for vdpbf16ps), "f32" where none does (`--dtype f32`, F16 files, BF16 on a
+// CPU without AVX512-BF16): the first stderr line and /props report this, not the option as typed.
+const char* activations_in_force(const model::ModelWeights& w, Activations requested);
 
 // Several matmuls on the same x (a layer's q/k/v, or gate/up) in one dispatch: each weight's
 // per-call preparation done once (GGUF block weights share one activation quantization), then one
