@@ -210,12 +210,13 @@ int register_matmul() {
   }
   // A 3B Llama's projections (hidden 3072, intermediate 8192: q/o 3072x3072, gate/up 8192x3072, down
   // 3072x8192) in the K-quants a Q4_K_M file holds (Q4_K, and Q6_K for attn_v, half of ffn_down and
-  // the head; Q5_K for Q5_K_M files): decode and a 512-token prompt, one thread. GRAFT_Q8_INTERLEAVE=0 runs the stored
+  // the head; Q5_K for Q5_K_M files; Q8_0, the decode rate to compare): decode (hot: one matrix
+  // reused; cold: streamed from memory) and a 512-token prompt, one thread. GRAFT_Q8_INTERLEAVE=0 runs the stored
   // blocks' kernels instead (the comparison in docs/PERFORMANCE.md).
   const int64_t k3b[][2] = {{3072, 3072}, {8192, 3072}, {3072, 8192}};
   // BF16 too (dense: vdpbf16ps on BF16-rounded activations where the CPU has AVX512-BF16, else
   // the F32-FMA tiles; GRAFT_BF16_DOT=0 forces the latter), with 2 and 8 rows for the threshold.
-  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::BF16}) {
+  for (DType dt : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::BF16}) {
     const std::string d(graft::dtype_name(dt));
     for (const auto& s : k3b) {
       if (dt == DType::BF16)
@@ -227,6 +228,10 @@ int register_matmul() {
       const std::string shape = std::to_string(s[0]) + "/" + std::to_string(s[1]);
       benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/1/" + shape).c_str(), BM_MatmulDecode, dt, s[0], s[1],
                                    false)
+          ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+      // Cold: the weights stream from memory as in a whole model's decode (copies past the L3).
+      benchmark::RegisterBenchmark(("BM_Matmul3BCold/" + d + "/1/" + shape).c_str(), BM_MatmulDecode, dt, s[0],
+                                   s[1], true)
           ->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
       auto* b512 = benchmark::RegisterBenchmark(("BM_Matmul3B/" + d + "/512/" + shape).c_str(), BM_MatmulPrefill, dt,
                                                 512, s[0], s[1]);
