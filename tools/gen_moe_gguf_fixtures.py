@@ -21,8 +21,18 @@ Developer tool (not run by CI). Writes tests/fixtures/models_gguf/:
       norm_topk_prob true), made by tools/gen_moe_fixtures.py's machinery in a temporary directory;
       only the converted file and transformers' F32 logits of that checkpoint are kept.
 
-Usage: python3 tools/gen_moe_gguf_fixtures.py LLAMA_CPP_DIR
+  moe_llamacpp.json (with --llama-cpp-reference LLAMA_BIN: only this file, from the GGUF files above as
+  they are committed)
+      llama.cpp's own greedy run on mixtral_f32.gguf, mixtral_q8_0.gguf and qwen3_moe_q8_0.gguf for the
+      exact prompt ids of their reference.json files: tools/llama_cpp_greedy.cpp --detail built against
+      LLAMA_BIN's libllama (CPU backend, 2 threads; Q8_0 weights meet Q8_0-rounded activations there,
+      F32 weights F32 activations), new_tokens steps each: the greedy ids, the top-2 gap and the 8
+      highest logits with their ids; the files' SHA-256 so a regenerated GGUF cannot silently pair
+      with old numbers. tests/runtime/moe_gguf_test.cpp (MoeFamily.GgufMatchesLlamaCpp) reads it.
+
+Usage: python3 tools/gen_moe_gguf_fixtures.py LLAMA_CPP_DIR [--llama-cpp-reference LLAMA_BIN]
 """
+import hashlib
 import json
 import os
 import shutil
@@ -102,8 +112,49 @@ def convert(lcpp, model_dir, out, outtype):
     print(os.path.basename(out), os.path.getsize(out), "bytes")
 
 
+def llama_cpp_reference(lcpp, bin_dir):
+    """moe_llamacpp.json: see the module's docstring."""
+    ids_of = {"mixtral_f32": os.path.join(REPO, "tests", "fixtures", "models", "mixtral_f32", "reference.json"),
+              "mixtral_q8_0": os.path.join(REPO, "tests", "fixtures", "models", "mixtral_f32", "reference.json"),
+              "qwen3_moe_q8_0": os.path.join(OUT, "qwen3_moe_q8_0.reference.json")}
+    out = {"generator": "tools/gen_moe_gguf_fixtures.py --llama-cpp-reference (tools/llama_cpp_greedy.cpp --detail)",
+           "llama_cpp": os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(lcpp)))) or lcpp,
+           "compute": "llama.cpp CPU backend through its C API, 2 threads, n_batch 512 (the prompt in one batch)",
+           "files": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "llama_cpp_greedy")
+        subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(REPO, "tools", "llama_cpp_greedy.cpp"),
+                        "-I" + os.path.join(lcpp, "include"), "-I" + os.path.join(lcpp, "ggml", "include"),
+                        "-L" + bin_dir, "-lllama", "-lggml", "-lggml-base", "-Wl,-rpath," + bin_dir, "-o", exe],
+                       check=True)
+        for name, ids_path in ids_of.items():
+            gguf = os.path.join(OUT, name + ".gguf")
+            with open(ids_path) as f:
+                ref = json.load(f)
+            n = ref["new_tokens"]
+            prompts = []
+            for p in ref["prompts"]:
+                r = subprocess.run([exe, "--detail", gguf, "-", str(n)] + [str(i) for i in p["ids"]],
+                                   check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=600)
+                g = json.loads(r.stdout)
+                prompts.append({"ids": p["ids"], "greedy": g["greedy"], "top2_gap": g["top2_gap"],
+                                "top_ids": g["top_ids"], "top_logits": g["top_logits"],
+                                "equals_transformers_f32_greedy": g["greedy"] == p["greedy"]})
+                print(f"  {name}: llama.cpp greedy == transformers F32 greedy: {g['greedy'] == p['greedy']}, "
+                      f"min top-2 gap {min(g['top2_gap']):.4f}")
+            with open(gguf, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            out["files"][name] = {"file": os.path.relpath(gguf, os.path.join(REPO, "tests", "fixtures")),
+                                  "sha256": digest, "new_tokens": n, "prompts": prompts}
+    path = os.path.join(OUT, "moe_llamacpp.json")
+    G.dump_json(out, path)
+    print("wrote", os.path.relpath(path, REPO))
+
+
 def main():
     lcpp = sys.argv[1]
+    if len(sys.argv) == 4 and sys.argv[2] == "--llama-cpp-reference":
+        return llama_cpp_reference(lcpp, sys.argv[3])
     os.makedirs(OUT, exist_ok=True)
     G.torch.set_num_threads(1)
     G.config_class, G.model_class = M.config_class, M.model_class
