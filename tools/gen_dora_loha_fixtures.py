@@ -8,7 +8,8 @@ PYTHONPATH, and for mlx_dora either mlx + mlx-lm importable by --mlx-python (a s
 e.g. a venv with `pip install mlx mlx-lm`), or nothing: then mlx-lm's DoRALinear.fuse formula is
 computed in numpy from its source (mlx_lm/tuner/dora.py) and expected.json says so.
 
-Every fixture uses tests/fixtures/models/llama_f32 (peft_dora_bf16: llama_bf16; peft_dora_qwen2 and
+Every fixture uses tests/fixtures/models/llama_f32 (peft_dora_bf16: llama_bf16; peft_dora_phi3: phi3_f32,
+fused qkv_proj / gate_up_proj; peft_dora_qwen2 and
 mlx_dora_embed_tied: qwen2_f32, q/k/v biases, tied embedding) and writes:
   adapter files          as the tool writes them (PEFT save_pretrained; LyCORIS save_weights; mlx-lm
                          adapters.safetensors + adapter_config.json)
@@ -49,7 +50,8 @@ ALL_PROJ = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "dow
 SCALES = [1.0, 0.5]
 STD = 0.05
 SEEDS = {"peft_dora": 2001, "peft_dora_bf16": 2002, "peft_dora_pair": 2003, "mlx_dora": 2004, "peft_loha": 2005,
-         "lycoris_loha": 2006, "lokr_live": 2007, "peft_dora_qwen2": 2008, "mlx_dora_embed": 2009}
+         "lycoris_loha": 2006, "lokr_live": 2007, "peft_dora_qwen2": 2008, "mlx_dora_embed": 2009,
+         "peft_dora_phi3": 2010}
 
 
 def versions():
@@ -254,6 +256,19 @@ def gen_peft_dora_qwen2():
                  "(the bias is neither in the norm nor rescaled); merge_and_unload changes the weights only (the "
                  "bias tensors are unchanged, so merged.safetensors holds no bias). reference logits: unmerged "
                  "forward at scaling x 1.0 and x 0.5.")
+
+
+def gen_peft_dora_phi3():
+    from peft import LoraConfig
+    peft_fixture("peft_dora_phi3", LoraConfig(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj",
+                                                                                  "gate_up_proj", "down_proj"],
+                                              use_dora=True, lora_dropout=0.0),
+                 base="phi3_f32",
+                 notes="PEFT DoRA r=4 alpha=8 (scale 2) on every linear of phi3_f32, whose q/k/v and gate/up are "
+                 "fused (qkv_proj, gate_up_proj): the magnitude and the norm are per output row of the fused "
+                 "weight, so splitting the fused module by rows (graft's binding) splits m and the row norms with "
+                 "it. reference logits: unmerged forward at scaling x 1.0 and x 0.5; merged.safetensors: "
+                 "merge_and_unload under the fused names.")
 
 
 def gen_peft_dora_pair():
@@ -637,7 +652,7 @@ def gen_mlx_dora_embed(mlx_python, name="mlx_dora_embed", base="llama_f32"):
 
 
 GENS = {"peft_dora": gen_peft_dora, "peft_dora_bf16": gen_peft_dora_bf16, "peft_dora_pair": gen_peft_dora_pair,
-        "peft_dora_qwen2": gen_peft_dora_qwen2,
+        "peft_dora_qwen2": gen_peft_dora_qwen2, "peft_dora_phi3": gen_peft_dora_phi3,
         "peft_loha": gen_peft_loha, "lycoris_loha": gen_lycoris_loha, "lokr_live": gen_lokr_live}
 
 

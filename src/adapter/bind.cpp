@@ -19,9 +19,38 @@ Shape kron_factor_shape(const Tensor& full, const Tensor& a, const Tensor& b) {
 }
 
 std::string describe_target(const WeightAdapter& a, const AdapterTarget& t) {
-  std::string keys;
+  std::string keys, alts;
   for (const auto& k : t.keys) keys += (keys.empty() ? "" : ", ") + k;
-  return "'" + a.path + "' module '" + t.module + "' (" + t.param + "; keys " + keys + ")";
+  for (const auto& m : t.alt_modules) alts += " or '" + m + "'";
+  return "'" + a.path + "' module '" + t.module + "'" + alts + " (" + t.param + "; keys " + keys + ")";
+}
+
+// A target whose file leaves its module open (AdapterTarget::alt_modules) binds to the one
+// candidate whose base weight has ΔW's shape; none or several is a problem.
+const Binding* resolve_target(const WeightAdapter& a, const AdapterTarget& t, const WeightAdapterBindings& bindings,
+                              std::vector<std::string>& problems) {
+  if (t.alt_modules.empty()) return bindings.resolve(t.module, t.param);
+  const Shape ds = update_delta_shape(t.update);
+  const Binding* found = nullptr;
+  std::vector<std::string> fits;
+  std::vector<std::string> names = {t.module};
+  names.insert(names.end(), t.alt_modules.begin(), t.alt_modules.end());
+  for (const auto& m : names) {
+    const Binding* b = bindings.resolve(m, t.param);
+    if (b && !b->one_dimensional && Shape{b->delta_rows, b->delta_cols} == ds) {
+      found = b;
+      fits.push_back(m);
+    }
+  }
+  if (fits.size() > 1) {
+    problems.push_back(describe_target(a, t) + ": update shape " + shape_str(ds) + " fits the base weights of '" +
+                       fits[0] + "' and '" + fits[1] + "'; the file does not say which it adapts");
+    return nullptr;
+  }
+  if (!found)
+    problems.push_back(describe_target(a, t) + ": no base weight of shape " + shape_str(ds) +
+                       " under any of these names (wrong base model?)");
+  return found;
 }
 
 }  // namespace
@@ -65,9 +94,11 @@ std::shared_ptr<WeightAdapterPlan> bind_weight_adapter(const std::vector<Adapter
     size_t applied = 0;
     for (size_t ti = 0; ti < a.targets.size(); ++ti) {
       const AdapterTarget& t = a.targets[ti];
-      const Binding* b = bindings.resolve(t.module, t.param);
+      const size_t before = problems.size();
+      const Binding* b = resolve_target(a, t, bindings, problems);
       if (!b) {
-        problems.push_back(describe_target(a, t) + ": no matching base weight (wrong base model?)");
+        if (problems.size() == before)
+          problems.push_back(describe_target(a, t) + ": no matching base weight (wrong base model?)");
         continue;
       }
       const Update* chosen = &t.update;

@@ -58,6 +58,7 @@ nlohmann::json describe_adapter(const WeightAdapter& a) {
                         {"keys", t.keys},     {"embedding", t.embedding}};
     if (f.rank > 0) j["rank"] = f.rank;
     if (std::holds_alternative<DoraUpdate>(t.update)) j["dora_magnitude"] = true;
+    if (!t.alt_modules.empty()) j["alt_modules"] = t.alt_modules;  // the base decides (PEFT nesting)
     targets.push_back(j);
   }
   return {{"path", a.path}, {"format", format_name(a.format)}, {"metadata", a.metadata},

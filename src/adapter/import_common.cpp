@@ -217,6 +217,39 @@ std::optional<double> PatternTable::resolve(const std::string& name) {
   return first;
 }
 
+bool regex_full_match(const std::string& pattern, const std::string& name, const std::string& file,
+                      const std::string& field) {
+  int err = 0;
+  PCRE2_SIZE off = 0;
+  struct Code {
+    pcre2_code* c;
+    ~Code() { pcre2_code_free(c); }
+  } code{pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                       PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED | PCRE2_ENDANCHORED, &err, &off, nullptr)};
+  if (!code.c)
+    fail("'", file, "': field '", field, "' is \"", io::excerpt(pattern),
+         "\", which is not a regular expression graft can compile (", pcre2_message(err), ")");
+  struct Context {
+    pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
+    pcre2_match_data* md = nullptr;
+    ~Context() {
+      pcre2_match_data_free(md);
+      pcre2_match_context_free(ctx);
+    }
+  } mc;
+  mc.md = pcre2_match_data_create_from_pattern(code.c, nullptr);
+  if (!mc.ctx || !mc.md) throw std::bad_alloc();
+  pcre2_set_match_limit(mc.ctx, kPatternMatchLimit);
+  pcre2_set_depth_limit(mc.ctx, kPatternDepthLimit);
+  pcre2_set_heap_limit(mc.ctx, kPatternHeapLimitKiB);
+  const int rc = pcre2_match(code.c, reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0, 0, mc.md, mc.ctx);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0)
+    fail_as(ErrorKind::kLimit, "'", file, "': field '", field, "' against module '", io::excerpt(name), "': ",
+            pcre2_message(rc), " (the pattern backtracks too much; graft bounds the work per match)");
+  return true;
+}
+
 void PatternTable::require_all_used(const std::string& file) const {
   for (const auto& e : entries_)
     if (!e->used)

@@ -88,6 +88,11 @@ class PatternTable {
   std::string field_, file_;
 };
 
+// Python's re.fullmatch(pattern, name) (PEFT's target_modules given as one string), bounded as the
+// pattern tables are; an invalid pattern is an error naming the file and field.
+bool regex_full_match(const std::string& pattern, const std::string& name, const std::string& file,
+                      const std::string& field);
+
 // The resolved scale of an update (nullopt for kinds without one, such as a replacement).
 std::optional<double> update_scale(const Update& u);
 

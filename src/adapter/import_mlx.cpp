@@ -10,10 +10,16 @@
 // Δ = s·lora_a·lora_b) cannot be told from a Linear pair by shape, so the module name decides: a
 // module whose last path component is `embed_tokens` is read as an embedding (the importer has
 // no model to ask), keeping the Linear-shaped reading as an alternative that binding picks when
-// the vocabulary size says so. 3-D LoRASwitchLinear (MoE) pairs are refused.
+// the vocabulary size says so.
+//
+// LoRASwitchLinear (mixture-of-experts SwitchGLU projections, mlx_lm/tuner/lora.py): lora_a
+// [E, r, in], lora_b [E, out, r], expert e's update scale · lora_b[e] · lora_a[e]. Each expert's pair
+// is emitted as module `<parent>.<e>.<name>` for a module `<parent>.<name>` (switch_mlp.gate_proj
+// → switch_mlp.<e>.gate_proj), the per-expert name a model binds.
 //
 // Scale: lora_parameters.scale verbatim (default 20.0); lora_parameters.lora_alpha, when present,
 // gives lora_alpha / rank (mlxcel's extension), rank = lora_parameters.rank (default 8).
+#include <algorithm>
 #include <string>
 
 #include "import_common.h"
@@ -124,6 +130,34 @@ LowRankUpdate linear_pair(const io::SafetensorsFile& f, const std::string& ka, c
   return u;
 }
 
+// One LoRASwitchLinear pair cut per expert (see the file comment).
+void switch_pairs(const std::string& file, const std::string& module,
+                  const std::string& a_key, const Tensor& a, const std::string& b_key, const Tensor& b,
+                  const Config& c, std::vector<AdapterTarget>& out) {
+  if (a.shape.size() != 3 || b.shape.size() != 3 || a.shape[0] != b.shape[0] || a.shape[1] != b.shape[2] ||
+      a.shape[0] == 0 || a.shape[1] == 0 || a.shape[2] == 0 || b.shape[1] == 0)
+    fail("'", file, "': tensors '", a_key, "' ", shape_str(a.shape), " and '", b_key, "' ", shape_str(b.shape),
+         " do not pair; expected a LoRASwitchLinear pair lora_a [experts, r, in] and lora_b [experts, out, r]");
+  if (is_embedding_module(module))
+    fail("'", file, "': module '", module, "' is an embedding with 3-D factors; expected a 2-D LoRAEmbedding pair");
+  const size_t dot = module.rfind('.');
+  if (dot == std::string::npos || dot == 0)
+    fail("'", file, "': module '", module, "' holds 3-D (LoRASwitchLinear) factors but has no parent module; "
+         "expected <parent>.<projection> such as mlp.switch_mlp.gate_proj");
+  const int64_t experts = a.shape[0], r = a.shape[1], in = a.shape[2], outs = b.shape[1];
+  const Tensor fa = convert_tensor(a, DType::F32), fb = convert_tensor(b, DType::F32);
+  for (int64_t e = 0; e < experts; ++e) {
+    Tensor ae = Tensor::zeros_f32({r, in}), be = Tensor::zeros_f32({outs, r});
+    std::copy_n(fa.as<float>() + e * r * in, r * in, ae.mutable_as<float>());
+    std::copy_n(fb.as<float>() + e * outs * r, outs * r, be.mutable_as<float>());
+    AdapterTarget t;
+    t.module = module.substr(0, dot) + "." + std::to_string(e) + module.substr(dot);
+    t.keys = {a_key, b_key};
+    t.update = LowRankUpdate{std::move(ae), std::move(be), static_cast<float>(c.scale)};
+    out.push_back(std::move(t));
+  }
+}
+
 }  // namespace
 
 WeightAdapter import_mlx(const std::string& dir, const std::string& config_path, const Json& cfg) {
@@ -170,11 +204,15 @@ WeightAdapter import_mlx(const std::string& dir, const std::string& config_path,
            keys.first.empty() ? ".lora_a" : ".lora_b", "'; expected both halves of each pair");
     Tensor a = read_checked(*f, keys.first);
     Tensor b = read_checked(*f, keys.second);
+    if (a.shape.size() == 3 || b.shape.size() == 3) {
+      if (c.dora || magnitudes.count(module))
+        fail("'", file, "': module '", module, "' is a 3-D (LoRASwitchLinear) pair with fine_tune_type \"dora\": "
+             "mlx-lm has no DoRA for switch layers; expected plain lora_a / lora_b");
+      switch_pairs(file, module, keys.first, a, keys.second, b, c, out.targets);
+      continue;
+    }
     for (const auto* kt : {&keys.first, &keys.second}) {
       const Tensor& t = kt == &keys.first ? a : b;
-      if (t.shape.size() == 3)
-        fail("'", file, "': tensor '", *kt, "' has shape ", shape_str(t.shape),
-             ": 3-D (mixture-of-experts LoRASwitchLinear) pairs are not supported; expected 2-D lora_a / lora_b");
       if (t.shape.size() != 2 || t.shape[0] == 0 || t.shape[1] == 0)
         fail("'", file, "': tensor '", *kt, "' has shape ", shape_str(t.shape), "; expected a non-empty 2-D matrix");
     }

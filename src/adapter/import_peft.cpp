@@ -24,6 +24,7 @@
 
 #include "graft/adapter/bind.h"
 #include "import_common.h"
+#include "import_peft_params.h"
 
 namespace graft::adapter::detail {
 
@@ -48,6 +49,8 @@ const std::set<std::string> kLoraHarmless = {
     "velora_config",
     // DoRA: the magnitude vectors are read and checked below
     "use_dora",
+    // LoRA on raw parameters (MoE experts): import_peft_params.cpp
+    "target_parameters",
 };
 const std::set<std::string> kLokrHarmless = {
     "r", "alpha", "rank_dropout", "module_dropout", "rank_dropout_scale", "target_modules", "exclude_modules",
@@ -70,7 +73,6 @@ const std::map<std::string, const char*> kLoraMustBeUnset = {
     {"use_bdlora", "BD-LoRA uses block-diagonal factors; different delta semantics"},
     {"layer_replication", "layer_replication duplicates base layers; the adapter targets a different model"},
     {"trainable_token_indices", "trainable tokens patch embedding rows; not supported"},
-    {"target_parameters", "target_parameters adapts raw parameters (MoE experts); not supported"},
     {"alora_invocation_tokens", "activated LoRA applies only after its invocation tokens; not mergeable"},
     {"arrow_config", "Arrow routing mixes several adapters per token; not supported"},
     {"megatron_config", "Megatron parallel LoRA layers are not supported"},
@@ -96,7 +98,21 @@ struct PeftConfig {
   bool rslora = false;
   PatternTable rank_pattern, alpha_pattern;
   std::vector<std::string> modules_to_save;
+  std::vector<std::string> target_parameters;
+  Json target_modules;
 };
+
+std::vector<std::string> string_list(const Json& v, const std::string& path, const char* field) {
+  std::vector<std::string> out;
+  if (json_unset(v)) return out;
+  if (!v.is_array()) fail("'", path, "': field '", field, "' is ", json_brief(v), "; expected a list of names");
+  for (const auto& e : v) {
+    if (!e.is_string() || e.get<std::string>().empty())
+      fail("'", path, "': field '", field, "' holds ", json_brief(e), "; expected non-empty names");
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
 
 void check_init(const std::string& path, const std::string& field, const Json& v) {
   if (v.is_null() || v.is_boolean()) return;
@@ -161,20 +177,22 @@ PeftConfig read_config(const std::string& path, const Json& cfg, std::map<std::s
   }
   if (cfg.contains("rank_pattern")) c.rank_pattern = PatternTable(cfg["rank_pattern"], path, "rank_pattern");
   if (cfg.contains("alpha_pattern")) c.alpha_pattern = PatternTable(cfg["alpha_pattern"], path, "alpha_pattern");
-  if (cfg.contains("modules_to_save") && !cfg["modules_to_save"].is_null()) {
-    const Json& m = cfg["modules_to_save"];
-    if (!m.is_array()) fail("'", path, "': field 'modules_to_save' is ", json_brief(m), "; expected a list of names");
-    for (const auto& e : m) {
-      if (!e.is_string()) fail("'", path, "': field 'modules_to_save' holds ", json_brief(e), "; expected names");
-      c.modules_to_save.push_back(e.get<std::string>());
-    }
+  if (cfg.contains("modules_to_save")) c.modules_to_save = string_list(cfg["modules_to_save"], path, "modules_to_save");
+  if (cfg.contains("target_parameters") && !c.lokr && !c.loha)
+    c.target_parameters = string_list(cfg["target_parameters"], path, "target_parameters");
+  if (cfg.contains("target_modules")) {
+    c.target_modules = cfg["target_modules"];
+    if (c.target_modules.is_array()) string_list(c.target_modules, path, "target_modules");  // names checked
   }
+  if (c.dora && !c.target_parameters.empty())
+    fail("'", path, "': fields 'use_dora' and 'target_parameters' are both set: PEFT's ParamWrapper (LoRA on raw "
+         "parameters) has no DoRA; expected use_dora false with target_parameters");
   meta["peft_type"] = type;
   meta["r"] = std::to_string(c.r);
   meta[alpha_field] = num_str(c.alpha);
   if (!c.lokr && !c.loha) meta["use_rslora"] = c.rslora ? "true" : "false";
   if (c.dora) meta["use_dora"] = "true";
-  for (const char* k : {"target_modules", "base_model_name_or_path", "revision", "task_type", "peft_version"})
+  for (const char* k : {"target_modules", "target_parameters", "base_model_name_or_path", "revision", "task_type", "peft_version"})
     if (cfg.contains(k) && !cfg[k].is_null()) meta[k] = cfg[k].is_string() ? cfg[k].get<std::string>() : cfg[k].dump();
   return c;
 }
@@ -213,12 +231,6 @@ std::vector<std::string_view> table_suffixes() {
   for (const auto& e : kTable) v.push_back(e.suffix);
   return v;
 }
-
-struct ModuleKeys {
-  std::string a, b, ea, eb, magnitude;
-  RoleKeys lokr;
-  std::vector<std::string> all;
-};
 
 std::string strip_prefix(const std::string& m) {
   return starts_with(m, kPrefix) ? m.substr(kPrefix.size()) : m;
@@ -265,7 +277,7 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
   auto f = io::SafetensorsFile::open(file);
 
   static const std::vector<std::string_view> suffixes = table_suffixes();
-  std::map<std::string, ModuleKeys> modules;
+  std::map<std::string, PeftModuleKeys> modules;
   std::vector<std::pair<std::string, std::string>> base_keys;  // (module, key)
   for (const auto& e : f->entries()) {
     const std::string& key = e.name;
@@ -282,7 +294,7 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
         if (!c.dora)
           fail("'", file, "': tensor '", key, "' is a DoRA magnitude vector but adapter_config.json does not set "
                "use_dora; expected use_dora: true with magnitude vectors, or plain LoRA factors");
-        ModuleKeys& mk = modules[sk.module];
+        PeftModuleKeys& mk = modules[sk.module];
         if (!mk.magnitude.empty())
           fail("'", file, "': tensors '", mk.magnitude, "' and '", key, "' are both the DoRA magnitude of module '",
                sk.module, "'; expected one");
@@ -323,7 +335,7 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
            c.lokr ? "LOKR" : c.loha ? "LOHA" : "LORA", "; expected ",
            c.lokr ? "lokr_* factors" : c.loha ? "hada_* factors" : "lora_A / lora_B factors");
     }
-    ModuleKeys& mk = modules[sk.module];
+    PeftModuleKeys& mk = modules[sk.module];
     std::string* slot = role == kA ? &mk.a : role == kB ? &mk.b : role == kEA ? &mk.ea : role == kEB ? &mk.eb
                                                                              : &mk.lokr[kTable[sk.suffix].lokr_role];
     if (!slot->empty())
@@ -333,9 +345,24 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
     mk.all.push_back(key);
   }
 
+  if (!c.target_parameters.empty()) {
+    const Json tm = c.target_modules;
+    auto named = [tm, config_path](const std::string& name) -> std::optional<bool> {
+      if (tm.is_string()) {
+        if (tm.get<std::string>() == "all-linear") return std::nullopt;
+        return regex_full_match(tm.get<std::string>(), name, config_path, "target_modules");
+      }
+      if (!tm.is_array()) return false;
+      for (const auto& t : tm)
+        if (name == t.get<std::string>() || ends_with(name, "." + t.get<std::string>())) return true;
+      return false;
+    };
+    PeftParamConfig pc{c.target_parameters, named, c.r, c.alpha, c.rslora, &c.rank_pattern, &c.alpha_pattern};
+    take_parameter_targets(*f, file, config_path, pc, modules, out.targets);
+  }
   for (const auto& entry : modules) {
     const std::string& module = entry.first;  // not a structured binding: lambdas below capture it (clang 14)
-    const ModuleKeys& mk = entry.second;
+    const PeftModuleKeys& mk = entry.second;
     const std::string name = strip_prefix(module);
     auto r_pat = c.rank_pattern.resolve(name);
     auto a_pat = c.alpha_pattern.resolve(name);

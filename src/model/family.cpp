@@ -44,7 +44,8 @@ const std::vector<FamilyTraits>& families() {
        .gguf_permuted_qk = false, .gguf_arch = "qwen3moe", .tied_embedding_adapters = true,
        .moe = {.block = "mlp", .gate = "gate_proj", .up = "up_proj", .down = "down_proj",
                .experts_key = "num_experts", .experts_key_v5 = "num_local_experts", .expert_width_key = "moe_intermediate_size",
-               .reads_norm_topk_prob = true, .sparse_layer_pattern = true}},
+               .reads_norm_topk_prob = true, .sparse_layer_pattern = true,
+               .v5_block = "mlp", .v5_gate_up = "gate_up_proj", .v5_down = "down_proj", .mlx_switch = "mlp.switch_mlp"}},
       // Mixtral (MixtralForCausalLM): Mistral's attention, every layer sparse (block_sparse_moe,
       // experts w1 = gate, w3 = up, w2 = down), the top-k router weights always renormalized.
       // llama.cpp writes it as GGUF arch `llama` with llama.expert_count.
@@ -52,7 +53,9 @@ const std::vector<FamilyTraits>& families() {
        .gguf_permuted_qk = true, .gguf_arch = "llama", .tied_embedding_adapters = true,
        .sliding_all_layers = true,
        .moe = {.block = "block_sparse_moe", .gate = "w1", .up = "w3", .down = "w2",
-               .experts_key = "num_local_experts", .expert_width_key = "intermediate_size"}},
+               .experts_key = "num_local_experts", .expert_width_key = "intermediate_size",
+               .v5_block = "mlp", .v5_gate_up = "gate_up_proj", .v5_down = "down_proj",
+               .mlx_switch = "block_sparse_moe.switch_mlp"}},
   };
   return kFamilies;
 }

@@ -186,13 +186,16 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
   out->path = path;
   out->terms.resize(static_cast<size_t>(config.num_layers + 1));
   const auto sites = projection_sites(config);
-  // Each expert's gate, up and down of every sparse layer (Transformer::experts_mlp applies them).
+  // Each expert's gate, up and down of every sparse layer, and its router as (layer, -1, 3): mlx-lm's
+  // default LoRA keys include the router Linear (Transformer::experts_mlp applies them).
   std::map<std::string, std::array<int64_t, 3>> expert_sites;
   for (int64_t l = 0; l < config.num_layers; ++l)
-    if (config.layer_is_sparse(l))
+    if (config.layer_is_sparse(l)) {
+      expert_sites[model::hf_router_tensor_name(config, l)] = {l, -1, 3};
       for (int64_t e = 0; e < config.num_experts; ++e)
         for (int part = 0; part < 3; ++part)
           expert_sites[model::hf_expert_tensor_name(config, l, e, static_cast<model::ExpertTensor>(part))] = {l, e, part};
+    }
   std::vector<std::string> problems;
   for (const auto& [tensor, updates] : plan.updates) {
     for (const adapter::PlannedUpdate& pu : updates) {

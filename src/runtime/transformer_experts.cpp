@@ -12,32 +12,13 @@ namespace graft::runtime {
 // experts in F32, the top num_experts_per_tok probabilities (ties to the lower index), divided by
 // their sum when norm_topk_prob. Each expert used in the pass runs once on the rows that chose it
 // (gathered), so a prefill batch reads each expert's weights once and a decode step reads only the
-// chosen ones. y = Σ weight_e · expert_e(x) accumulated from zero in ascending expert order (the
+// chosen ones. Adapter terms on the router change the logits before the softmax. y = Σ weight_e · expert_e(x) accumulated from zero in ascending expert order (the
 // order of transformers' index_add_ loop).
 void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y,
                               const RowGroups& groups) {
   const model::ModelConfig& c = config_;
   const model::LayerWeights& L = weights_.layers[layer];
   const int64_t E = c.num_experts, K = c.num_experts_per_tok, H = c.hidden_size, F = c.moe_intermediate_size;
-  std::vector<float> probs(static_cast<size_t>(m * E));
-  matmul(pool, xn, m, L.router, probs.data());
-  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E));
-  std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
-  std::vector<int64_t> order(static_cast<size_t>(E));
-  for (int64_t r = 0; r < m; ++r) {
-    float* p = &probs[static_cast<size_t>(r * E)];
-    softmax(p, E);
-    for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
-    std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                      [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float sum = 0.0f;
-    for (int64_t k = 0; k < K; ++k) sum += p[order[static_cast<size_t>(k)]];
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t e = order[static_cast<size_t>(k)];
-      rows_of[static_cast<size_t>(e)].push_back(r);
-      weight_of[static_cast<size_t>(e)].push_back(c.norm_topk_prob ? p[e] / sum : p[e]);
-    }
-  }
   // Each adapter's sequence scale by row of xn (0: the row does not use it).
   std::vector<std::vector<float>> scale_of(groups.size());
   for (size_t a = 0; a < groups.size(); ++a) {
@@ -71,6 +52,28 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
       }
     }
   };
+  std::vector<float> probs(static_cast<size_t>(m * E));
+  matmul(pool, xn, m, L.router, probs.data());
+  std::vector<int64_t> all_rows(static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) all_rows[static_cast<size_t>(r)] = r;
+  add_terms(-1, 3, all_rows, xn, H, L.router, probs.data());  // adapters on the router (mlx-lm's default keys)
+  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E));
+  std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  for (int64_t r = 0; r < m; ++r) {
+    float* p = &probs[static_cast<size_t>(r * E)];
+    softmax(p, E);
+    for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float sum = 0.0f;
+    for (int64_t k = 0; k < K; ++k) sum += p[order[static_cast<size_t>(k)]];
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t e = order[static_cast<size_t>(k)];
+      rows_of[static_cast<size_t>(e)].push_back(r);
+      weight_of[static_cast<size_t>(e)].push_back(c.norm_topk_prob ? p[e] / sum : p[e]);
+    }
+  }
   std::fill(y, y + m * H, 0.0f);
   const GluFn glu_fn = glu();
   std::vector<float> xs, gate, up, down;

@@ -1,4 +1,5 @@
 // mlx-lm native adapter import: orientation, scale rules, embeddings, refusals.
+#include "graft/core/convert.h"
 #include "import_test_util.h"
 
 namespace graft::adapter {
@@ -231,6 +232,35 @@ TEST(ImportMlx, ConfigRefusals) {
   check(R"({"lora_parameters": [1]})", {"lora_parameters", "object"});
 }
 
+// mlx-lm LoRASwitchLinear (SwitchGLU experts): lora_a [E, r, in], lora_b [E, out, r]; expert e's
+// update is scale · lora_b[e] · lora_a[e], emitted as <parent>.<e>.<name>.
+TEST(ImportMlx, SwitchPairsCutPerExpert) {
+  TempDir d;
+  d.write_json("adapter_config.json", mlx_config());
+  const std::string m = "model.layers.0.mlp.switch_mlp.down_proj";
+  const Tensor la = make_tensor({3, 4, 6}, 0.0f, DType::BF16), lb = make_tensor({3, 5, 4}, 1.0f);
+  d.write_tensors("adapters.safetensors", {{m + ".lora_a", la}, {m + ".lora_b", lb}});
+  const WeightAdapter a = read_weight_adapter(d.path());
+  ASSERT_EQ(a.targets.size(), 3u);
+  const Tensor fa = convert_tensor(la, DType::F32), fb = convert_tensor(lb, DType::F32);
+  for (int64_t e = 0; e < 3; ++e) {
+    const auto* t = test::find_target(a, "model.layers.0.mlp.switch_mlp." + std::to_string(e) + ".down_proj");
+    ASSERT_NE(t, nullptr) << e;
+    const auto& u = std::get<LowRankUpdate>(t->update);
+    ASSERT_EQ(u.a.shape, (Shape{4, 6}));
+    ASSERT_EQ(u.b.shape, (Shape{5, 4}));
+    EXPECT_FLOAT_EQ(u.scale, 10.0f);
+    for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(u.a.as<float>()[i], fa.as<float>()[e * 24 + i]);
+    for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(u.b.as<float>()[i], fb.as<float>()[e * 20 + i]);
+  }
+  // No DoRA for switch layers in mlx-lm.
+  TempDir dd;
+  dd.write_json("adapter_config.json", R"({"fine_tune_type": "dora", "lora_parameters": {"rank": 4, "scale": 1}})");
+  const std::string f = dd.write_tensors("adapters.safetensors", {{m + ".lora_a", la}, {m + ".lora_b", lb},
+                                                                 {m + ".m", make_tensor({5})}});
+  expect_error([&] { read_weight_adapter(dd.path()); }, {f, m, "LoRASwitchLinear", "dora"});
+}
+
 TEST(ImportMlx, TensorRefusals) {
   struct Case {
     test::TensorList tensors;
@@ -247,7 +277,13 @@ TEST(ImportMlx, TensorRefusals) {
       {{{q + ".lora_a", make_tensor({6, 4})}}, {q + ".lora_a", "no partner", ".lora_b"}},
       {{{q + ".lora_b", make_tensor({4, 5})}}, {q + ".lora_b", "no partner", ".lora_a"}},
       {{{q + ".lora_a", make_tensor({2, 6, 4})}, {q + ".lora_b", make_tensor({2, 5, 4})}},
-       {q + ".lora_a", "3-D", "LoRASwitchLinear"}},
+       {q + ".lora_a", "do not pair", "LoRASwitchLinear", "[experts, r, in]"}},
+      {{{q + ".lora_a", make_tensor({2, 4, 6})}, {q + ".lora_b", make_tensor({3, 5, 4})}},
+       {q + ".lora_a", "do not pair", "LoRASwitchLinear"}},
+      {{{q + ".lora_a", make_tensor({2, 4, 6})}, {q + ".lora_b", make_tensor({5, 4})}},
+       {q + ".lora_a", "do not pair", "LoRASwitchLinear"}},
+      {{{"switch_mlp.lora_a", make_tensor({2, 4, 6})}, {"switch_mlp.lora_b", make_tensor({2, 5, 4})}},
+       {"switch_mlp", "no parent module"}},
       {{{q + ".lora_a", make_tensor({6, 4})}, {q + ".lora_b", make_tensor({3, 5})}}, {q + ".lora_a", "do not pair"}},
       {{{q + ".lora_a", test::with_value(make_tensor({6, 4}), 7, NAN)}, {q + ".lora_b", make_tensor({4, 5})}},
        {q + ".lora_a", "non-finite"}},

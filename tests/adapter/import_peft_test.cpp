@@ -288,6 +288,95 @@ TEST(ImportPeft, TensorRefusals) {
   expect_refused(cfg, both, {kQ0, "one spelling"});
 }
 
+// target_parameters (PEFT ParamWrapper on 3-D expert weights): lora_A [E·r, in] expert-major,
+// lora_B [out, E·r] expert-minor (peft/tuners/lora/layer.py get_delta_weight reshapes A to
+// [E, r, in] and B to [out, r, E]); a second parameter of the module nests under .base_layer.
+const std::string kExperts = kP + "model.layers.0.mlp.experts";
+
+TensorList expert_levels(int64_t experts, int64_t r_down, int64_t r_gate_up) {
+  return {{kExperts + ".lora_A.weight", make_tensor({experts * r_down, 5})},  // down_proj: in = width 5
+          {kExperts + ".lora_B.weight", make_tensor({7, experts * r_down}, 1.0f)},  // out = hidden 7
+          {kExperts + ".base_layer.lora_A.weight", make_tensor({experts * r_gate_up, 7}, 2.0f)},
+          {kExperts + ".base_layer.lora_B.weight", make_tensor({10, experts * r_gate_up}, 3.0f)}};
+}
+
+float at(const Tensor& t, int64_t i, int64_t j) { return t.as<float>()[i * t.shape[1] + j]; }
+
+TEST(ImportPeft, TargetParametersCutPerExpert) {
+  TempDir d;
+  TensorList t = expert_levels(3, 2, 4);
+  add_pair(t, kQ0, 2);
+  const WeightAdapter a = import(d, R"({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"],
+    "target_parameters": ["gate_up_proj", "down_proj"], "rank_pattern": {".*\\.gate_up_proj": 4},
+    "alpha_pattern": {".*\\.gate_up_proj": 12}})", t);
+  ASSERT_EQ(a.targets.size(), 1u + 3u * 2u);
+  EXPECT_NE(test::find_target(a, kQ0), nullptr);
+  const Tensor A = make_tensor({6, 5}), B = make_tensor({7, 6}, 1.0f);
+  const Tensor GA = make_tensor({12, 7}, 2.0f), GB = make_tensor({10, 12}, 3.0f);
+  for (int64_t e = 0; e < 3; ++e) {
+    const auto* down = test::find_target(a, kExperts + "." + std::to_string(e) + ".down_proj");
+    const auto* gate_up = test::find_target(a, kExperts + "." + std::to_string(e) + ".gate_up_proj");
+    ASSERT_TRUE(down && gate_up) << e;
+    EXPECT_TRUE(down->alt_modules.empty());  // the ranks tell the two levels apart
+    const auto& ld = std::get<LowRankUpdate>(down->update);
+    const auto& lg = std::get<LowRankUpdate>(gate_up->update);
+    EXPECT_FLOAT_EQ(ld.scale, 2.0f);  // 4 / 2
+    EXPECT_FLOAT_EQ(lg.scale, 3.0f);  // 12 / 4 (alpha_pattern, rank_pattern)
+    ASSERT_EQ(ld.a.shape, (Shape{2, 5}));
+    ASSERT_EQ(ld.b.shape, (Shape{7, 2}));
+    ASSERT_EQ(lg.a.shape, (Shape{4, 7}));
+    ASSERT_EQ(lg.b.shape, (Shape{10, 4}));
+    for (int64_t k = 0; k < 2; ++k) {
+      for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(at(ld.a, k, j), at(A, e * 2 + k, j));
+      for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(at(ld.b, i, k), at(B, i, k * 3 + e));
+    }
+    for (int64_t k = 0; k < 4; ++k) {
+      for (int64_t j = 0; j < 7; ++j) EXPECT_EQ(at(lg.a, k, j), at(GA, e * 4 + k, j));
+      for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(at(lg.b, i, k), at(GB, i, k * 3 + e));
+    }
+  }
+}
+
+TEST(ImportPeft, TargetParametersOfEqualRankKeepBothNames) {
+  // PEFT nests in the model's parameter order, which the file does not record: at equal ranks
+  // either level may be either parameter, and binding picks the name whose weight has ΔW's shape.
+  TempDir d;
+  const WeightAdapter a = import(d, R"({"peft_type": "LORA", "r": 2, "lora_alpha": 2,
+    "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]})", expert_levels(3, 2, 2));
+  ASSERT_EQ(a.targets.size(), 6u);
+  for (const auto& t : a.targets) {
+    ASSERT_EQ(t.alt_modules.size(), 1u) << t.module;
+    EXPECT_NE(t.module, t.alt_modules[0]);
+  }
+}
+
+TEST(ImportPeft, TargetParametersRefusals) {
+  const std::string cfg = R"({"peft_type": "LORA", "r": 2, "target_parameters": ["gate_up_proj", "down_proj"]})";
+  TensorList three = expert_levels(3, 2, 2);
+  three.push_back({kExperts + ".base_layer.base_layer.lora_A.weight", make_tensor({6, 7})});
+  three.push_back({kExperts + ".base_layer.base_layer.lora_B.weight", make_tensor({7, 6})});
+  expect_refused(cfg, three, {kExperts, "3 nested LoRA levels", "selects 2"});
+  TensorList odd = expert_levels(3, 2, 2);
+  odd[0].second = make_tensor({7, 5});
+  odd[1].second = make_tensor({7, 7});
+  expect_refused(cfg, odd, {kExperts, "no reading", "experts * r"});
+  TensorList no_b = expert_levels(3, 2, 2);
+  no_b.pop_back();
+  expect_refused(cfg, no_b, {kExperts + ".base_layer.lora_A.weight", "no partner"});
+  TensorList gap = expert_levels(3, 2, 2);
+  gap.erase(gap.begin(), gap.begin() + 2);
+  expect_refused(cfg, gap, {kExperts, "none at depth 0"});
+  const std::string qualified = R"({"peft_type": "LORA", "r": 2, "target_parameters": ["mlp.experts.down_proj"]})";
+  TensorList stray;
+  add_pair(stray, kQ0 + ".base_layer", 2);
+  expect_refused(qualified, stray, {kQ0 + ".base_layer", "names none of its parameters"});
+  TensorList linear_only;
+  add_pair(linear_only, kQ0, 2);
+  expect_refused(qualified, linear_only, {"'target_parameters'", "no tensor"}, /*names_config=*/true);
+  expect_refused(R"({"peft_type": "LORA", "r": 2, "use_dora": true, "target_parameters": ["down_proj"]})",
+                 expert_levels(3, 2, 2), {"use_dora", "target_parameters", "ParamWrapper"}, /*names_config=*/true);
+}
+
 TEST(ImportPeft, PickleCheckpointRefused) {
   TempDir d;
   d.write_json("adapter_config.json", R"({"peft_type": "LORA"})");

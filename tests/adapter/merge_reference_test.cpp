@@ -43,7 +43,9 @@ const char* kFixtures[] = {"peft_lora",  "peft_rslora", "peft_patterns", "peft_m
                            "peft_dora", "peft_dora_bf16", "mlx_dora", "peft_loha", "lycoris_loha",
                            // DoRA on q/k/v with biases (PEFT, qwen2: weights change, biases do not); mlx-lm
                            // DoRA with the embedding (DoRAEmbedding.fuse, untied llama and tied qwen2)
-                           "peft_dora_qwen2", "mlx_dora_embed", "mlx_dora_embed_tied"};
+                           "peft_dora_qwen2", "mlx_dora_embed", "mlx_dora_embed_tied",
+                           // DoRA on Phi-3's fused qkv_proj / gate_up_proj (merged under the fused names)
+                           "peft_dora_phi3"};
 
 class RealToolMerge : public ::testing::TestWithParam<const char*> {};
 

@@ -87,26 +87,30 @@ head -c 4096 "$TMP/phi3_fused/model.safetensors" | grep -aq 'q_proj.weight' && f
 "$GRAFT" generate -m "$PHI3" -p "Hello world" --temp 0 -n 8 --lora "$PHI3_PEFT" >"$TMP/phi3_b" 2>"$TMP/err" || fail "generate phi3 --lora: $(cat "$TMP/err")"
 cmp -s "$TMP/phi3_a" "$TMP/phi3_b" || fail "phi3: fused checkpoint and --lora generate different text"
 # Mixture of experts (qwen3_moe, mixtral): generate from safetensors and GGUF, a token reads the
-# router and 2 of the experts (the report says so), inspect --base binds an attention LoRA, fuse
-# writes a checkpoint that generates what --lora generates; PEFT's target_parameters expert LoRA is
-# refused by name.
+# router and 2 of the experts (the report says so), inspect --base binds the adapters (attention
+# LoRA; PEFT target_parameters and mlx-lm LoRASwitchLinear on the experts), fuse writes a checkpoint
+# that generates what --lora generates; an expert adapter of the other model is refused by name.
 for MOE in qwen3_moe_f32 mixtral_f32; do
   M=$SRC/tests/fixtures/models/$MOE
-  A=$SRC/tests/fixtures/engine_adapters/$MOE/peft_lora
   "$GRAFT" generate -m "$M" -p "Hello world" --temp 0 -n 8 >"$TMP/moe_base" 2>"$TMP/err" || fail "generate $MOE: $(cat "$TMP/err")"
   grep -q "weights read per token" "$TMP/err" || fail "generate $MOE: no weights report: $(cat "$TMP/err")"
-  "$GRAFT" inspect "$A" --base "$M" >"$TMP/insp" 2>"$TMP/err" || fail "inspect --base $MOE: $(cat "$TMP/err")"
-  grep -q "binds to" "$TMP/insp" || fail "inspect --base $MOE does not bind: $(cat "$TMP/insp")"
-  "$GRAFT" fuse --base "$M" --adapter "$A" --out "$TMP/${MOE}_fused" >"$TMP/out" 2>"$TMP/err" || fail "fuse $MOE: $(cat "$TMP/err")"
-  "$GRAFT" generate -m "$TMP/${MOE}_fused" -p "Hello world" --temp 0 -n 8 >"$TMP/moe_a" 2>"$TMP/err" || fail "generate $MOE fused: $(cat "$TMP/err")"
-  "$GRAFT" generate -m "$M" -p "Hello world" --temp 0 -n 8 --lora "$A" >"$TMP/moe_b" 2>"$TMP/err" || fail "generate $MOE --lora: $(cat "$TMP/err")"
-  cmp -s "$TMP/moe_a" "$TMP/moe_b" || fail "$MOE: fused checkpoint and --lora generate different text"
+  for KIND in peft_lora peft_experts mlx_switch; do
+    A=$SRC/tests/fixtures/engine_adapters/$MOE/$KIND
+    "$GRAFT" inspect "$A" --base "$M" >"$TMP/insp" 2>"$TMP/err" || fail "inspect --base $MOE/$KIND: $(cat "$TMP/err")"
+    grep -q "binds to" "$TMP/insp" || fail "inspect --base $MOE/$KIND does not bind: $(cat "$TMP/insp")"
+    rm -rf "$TMP/${MOE}_fused"
+    "$GRAFT" fuse --base "$M" --adapter "$A" --out "$TMP/${MOE}_fused" >"$TMP/out" 2>"$TMP/err" || fail "fuse $MOE/$KIND: $(cat "$TMP/err")"
+    "$GRAFT" generate -m "$TMP/${MOE}_fused" -p "Hello world" --temp 0 -n 8 >"$TMP/moe_a" 2>"$TMP/err" || fail "generate $MOE/$KIND fused: $(cat "$TMP/err")"
+    "$GRAFT" generate -m "$M" -p "Hello world" --temp 0 -n 8 --lora "$A" >"$TMP/moe_b" 2>"$TMP/err" || fail "generate $MOE/$KIND --lora: $(cat "$TMP/err")"
+    cmp -s "$TMP/moe_a" "$TMP/moe_b" || fail "$MOE/$KIND: fused checkpoint and --lora generate different text"
+    cmp -s "$TMP/moe_a" "$TMP/moe_base" && fail "$MOE/$KIND: the adapter does not change the text"
+  done
 done
 "$GRAFT" generate -m "$SRC/tests/fixtures/models_gguf/qwen3_moe_q8_0.gguf" -p "Hello world" --temp 0 -n 8 >"$TMP/out" 2>"$TMP/err" \
   || fail "generate qwen3_moe GGUF: $(cat "$TMP/err")"
 grep -q "Q8_0" "$TMP/err" || fail "qwen3_moe GGUF: experts not reported as Q8_0: $(cat "$TMP/err")"
-expect_error moe-target-parameters "target_parameters" -- generate -m "$SRC/tests/fixtures/models/qwen3_moe_f32" -p hi \
-  --lora "$SRC/tests/fixtures/engine_adapters/qwen3_moe_f32/peft_experts"
+expect_error moe-other-experts "mlp.experts.4." -- generate -m "$SRC/tests/fixtures/models/qwen3_moe_f32" -p hi \
+  --lora "$SRC/tests/fixtures/engine_adapters/mixtral_f32/peft_experts"
 expect_error inspect-missing "no such file or directory" -- inspect "$TMP/no-adapter"
 for sub in inspect fuse quantize convert; do "$GRAFT" $sub --help >/dev/null || fail "graft $sub --help"; done
 

@@ -80,6 +80,14 @@ TEST(DoraLive, PeftDoraOnBiasedProjectionsBothPathsTwoScales) {
   check_two_scales(d, d + "/reference.safetensors", "", true, "qwen2_f32", d + "/expected.json");
 }
 
+// Phi-3's fused qkv_proj / gate_up_proj: m and the row norms are per output row of the fused
+// weight, so the binding's split by rows splits them too (fused: merged into the parts; unfused:
+// each part's rows keep their magnitudes).
+TEST(DoraLive, PeftDoraOnFusedProjectionsBothPathsTwoScales) {
+  const std::string d = test::fixture("adapters/peft_dora_phi3");
+  check_two_scales(d, d + "/reference.safetensors", "", true, "phi3_f32", d + "/expected.json");
+}
+
 TEST(LohaLive, PeftAndLycorisBothPathsTwoScales) {
   for (const char* f : {"peft_loha", "lycoris_loha"}) {
     const std::string d = test::fixture(std::string("adapters/") + f);

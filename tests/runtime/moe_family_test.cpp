@@ -221,103 +221,75 @@ TEST(MoeFamily, OnlyTheChosenExpertsAreComputed) {
   }
 }
 
-// Expert adapters, fused path, against PEFT: tests/fixtures/engine_adapters/qwen3_moe_f32/peft_experts
-// is what PEFT 0.21 writes for target_modules naming the MLP on transformers 5 (q_proj pairs, plus
-// target_parameters on experts.gate_up_proj and experts.down_proj: lora_A [E·r, in], lora_B
-// [out, E·r], per PEFT's ParamWrapper.get_delta_weight ΔW_e = s · B[:, k·E + e] · A[e·r + k, :]
-// summed over k). graft's PEFT reader refuses target_parameters by name; laid out as per-expert 2-D
-// pairs (A_e, B_e; gate_up split into its gate and up rows) under the Hub's per-expert names, the
-// same factors bind to each expert's own matrices and give PEFT's logits (1e-4), fused and unfused.
-Tensor rows_f32(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols, int64_t col_step = 1) {
-  const Tensor f = to_f32(t);
-  Tensor out = Tensor::zeros_f32({rows, cols});
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      out.mutable_as<float>()[i * cols + j] = f.as<float>()[(row0 + i) * t.shape[1] + col0 + j * col_step];
-  return out;
+// Expert adapters against PEFT and mlx-lm: engine_adapters/<model>/peft_experts are what PEFT 0.21 writes on
+// transformers 5 (which holds the experts as 3-D parameters): q_proj pairs plus target_parameters
+// LoRA on experts.gate_up_proj and experts.down_proj, nested (lora_A [E·r, in], lora_B [out, E·r]).
+// qwen3_moe: PEFT's own conversion of target_modules naming the MLP (gate_up_proj at twice the
+// rank, so the ranks say which level is which; the dense layer 1 gets none); mixtral:
+// target_parameters written out at one rank, so binding tells the levels apart by shape.
+// engine_adapters/<model>/mlx_switch are mlx-lm 0.32's own LoRA over every layer: LoRASwitchLinear
+// (lora_a [E, r, in], lora_b [E, out, r]) on the SwitchGLU experts, LoRALinear on attention, the
+// router and the dense MLP. Logits within 1e-4 of the tool's own (F32; the references sum the same
+// products in another order; mlx-lm's unfused), fused and
+// unfused; scale 0 is the base bit for bit; a batch mixing adapter and base gives each sequence
+// what it gets alone (1e-5: batched and single-sequence kernels group sums differently).
+TEST(MoeFamily, ExpertLoraMatchesPeftAndMlxLm) {
+  struct Case {
+    std::string model, adapter;
+    size_t expert_terms;
+  };
+  // expert_terms: (sparse layer, expert, part) entries, plus the router of each sparse layer for
+  // mlx-lm, whose default LoRA keys include it.
+  const std::vector<Case> cases = {
+      {qwen_dir(), test::fixture("engine_adapters/qwen3_moe_f32/peft_experts"), 2u * 4u * 3u},  // 2 sparse layers
+      {mixtral_dir(), test::fixture("engine_adapters/mixtral_f32/peft_experts"), 2u * 8u * 3u},
+      {qwen_dir(), test::fixture("engine_adapters/qwen3_moe_f32/mlx_switch"), 2u * (4u * 3u + 1u)},
+      {mixtral_dir(), test::fixture("engine_adapters/mixtral_f32/mlx_switch"), 2u * (8u * 3u + 1u)}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.adapter);
+    const std::vector<adapter::AdapterUse> uses = {{test::read_adapter(c.adapter), 1.0f}};
+    model::LoadOptions o;
+    o.fused_adapters = uses;
+    model::LoadedModel fused = model::load_model(c.model, o);
+    const json ref = test::read_json(c.adapter + "/reference.json");
+    auto want = io::SafetensorsFile::open(c.adapter + "/reference.safetensors");
+    model::LoadedModel base = model::load_model(c.model);
+    auto set = make_lora_set(base.config, *base.source, uses);
+    EXPECT_EQ(set->adapters[0]->expert_terms.size(), c.expert_terms);
+    std::vector<std::vector<float>> alone;
+    for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+      const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+      const Tensor w = want->tensor("logits_" + std::to_string(p));
+      EXPECT_LE(test::max_abs_diff(test::prompt_logits(fused, nullptr, {}, ids), w), 1e-4f) << "fused " << p;
+      alone.push_back(test::prompt_logits(base, set, {1.0f}, ids));
+      EXPECT_LE(test::max_abs_diff(alone.back(), w), 1e-4f) << "unfused " << p;
+      EXPECT_EQ(test::prompt_logits(base, set, {0.0f}, ids), test::prompt_logits(base, nullptr, {}, ids)) << p;
+    }
+    ThreadPool pool(2);
+    Transformer t(base.config, base.weights, set);
+    const auto a = ref["prompts"][1]["ids"].get<std::vector<int32_t>>(), b = ref["prompts"][2]["ids"].get<std::vector<int32_t>>();
+    KVCache ca(base.config, 64, test::kReferenceCache), cb(base.config, 64, test::kReferenceCache);
+    const std::vector<float> on = {1.0f}, off = {0.0f};
+    SequenceInput both[2] = {{&ca, a, true, on}, {&cb, b, true, off}};
+    const auto mixed = t.forward(pool, both);
+    const auto base_b = test::prompt_logits(base, nullptr, {}, b);
+    const size_t na = alone[1].size();
+    ASSERT_EQ(mixed.size(), na + base_b.size());
+    float da = 0, db = 0;
+    for (size_t i = 0; i < na; ++i) da = std::max(da, std::abs(mixed[i] - alone[1][i]));
+    for (size_t i = 0; i < base_b.size(); ++i) db = std::max(db, std::abs(mixed[na + i] - base_b[i]));
+    EXPECT_LE(da, 1e-5f);
+    EXPECT_LE(db, 1e-5f);
+  }
 }
 
-TEST(MoeFamily, PeftExpertLoraLaidOutPerExpertMatchesPeft) {
-  const std::string dir = test::fixture("engine_adapters/qwen3_moe_f32/peft_experts");
-  expect_refused([&] { test::read_adapter(dir); }, {"target_parameters"});
-  auto f = io::SafetensorsFile::open(dir + "/adapter_model.safetensors");
-  const int64_t E = 4, W = 32;
-  test::MapSource per_expert;
-  const std::string pre = "base_model.model.model.layers.";
-  for (int64_t l : {0, 1, 2}) {
-    const std::string q = pre + std::to_string(l) + ".self_attn.q_proj.";
-    per_expert.t[q + "lora_A.weight"] = to_f32(f->tensor(q + "lora_A.weight"));
-    per_expert.t[q + "lora_B.weight"] = to_f32(f->tensor(q + "lora_B.weight"));
-    if (l == 1) continue;  // mlp_only_layers: PEFT's target_parameters skip the dense MLP
-    // PEFT nests one ParamWrapper per parameter; the shapes say which is which.
-    const std::string ex = pre + std::to_string(l) + ".mlp.experts.";
-    for (const std::string& level : {ex, ex + "base_layer."}) {
-      const Tensor a = f->tensor(level + "lora_A.weight"), b = f->tensor(level + "lora_B.weight");
-      const bool gate_up = a.shape[1] == 64;  // in = hidden (gate_up_proj), else width (down_proj)
-      const int64_t r = a.shape[0] / E, in = a.shape[1];
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string name = pre + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".";
-        const Tensor ae = rows_f32(a, e * r, r, 0, in);
-        if (gate_up) {
-          per_expert.t[name + "gate_proj.lora_A.weight"] = ae;
-          per_expert.t[name + "up_proj.lora_A.weight"] = ae;
-          per_expert.t[name + "gate_proj.lora_B.weight"] = rows_f32(b, 0, W, e, r, E);
-          per_expert.t[name + "up_proj.lora_B.weight"] = rows_f32(b, W, W, e, r, E);
-        } else {
-          per_expert.t[name + "down_proj.lora_A.weight"] = ae;
-          per_expert.t[name + "down_proj.lora_B.weight"] = rows_f32(b, 0, b.shape[0], e, r, E);
-        }
-      }
-    }
-  }
-  const fs::path d = fs::temp_directory_path() / ("graft_moe_experts_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  io::write_checkpoint(per_expert, d.string());
-  fs::rename(d / "model.safetensors", d / "adapter_model.safetensors");
-  // PEFT's own ranks and alphas: r 4 / alpha 8, gate_up_proj at rank 8 / alpha 16 (scale 2 everywhere).
-  std::ofstream(d / "adapter_config.json")
-      << R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "gate_proj", "up_proj", "down_proj"],
-            "rank_pattern": {"gate_proj": 8, "up_proj": 8}, "alpha_pattern": {"gate_proj": 16, "up_proj": 16}})";
-  const std::vector<adapter::AdapterUse> uses = {{test::read_adapter(d.string()), 1.0f}};
+// An expert adapter against a model whose experts have other shapes is refused by name, with
+// nothing changed: the Mixtral adapter (8 experts of width 16) on the Qwen3-MoE checkpoint.
+TEST(MoeFamily, PeftExpertLoraOnTheWrongModelRefused) {
+  const auto use = test::read_adapter(test::fixture("engine_adapters/mixtral_f32/peft_experts"));
   model::LoadOptions o;
-  o.fused_adapters = uses;
-  model::LoadedModel fused = model::load_model(qwen_dir(), o);
-  const json ref = test::read_json(dir + "/reference.json");
-  auto want = io::SafetensorsFile::open(dir + "/reference.safetensors");
-  for (size_t p = 0; p < ref["prompts"].size(); ++p) {
-    const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
-    EXPECT_LE(test::max_abs_diff(test::prompt_logits(fused, nullptr, {}, ids), want->tensor("logits_" + std::to_string(p))),
-              1e-4f) << "prompt " << p;
-  }
-  // Unfused: each expert's rows get that expert's terms, at the sequence's scale; scale 0 is the
-  // base model bit for bit; a batch mixing the adapter (scale 1) and the base (scale 0) gives each
-  // sequence what it gets alone.
-  model::LoadedModel base = model::load_model(qwen_dir());
-  auto set = make_lora_set(base.config, *base.source, uses);
-  EXPECT_EQ(set->adapters[0]->expert_terms.size(), 2u * 4u * 3u);  // 2 sparse layers, 4 experts, 3 parts
-  std::vector<std::vector<float>> alone;
-  for (size_t p = 0; p < ref["prompts"].size(); ++p) {
-    const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
-    alone.push_back(test::prompt_logits(base, set, {1.0f}, ids));
-    EXPECT_LE(test::max_abs_diff(alone.back(), want->tensor("logits_" + std::to_string(p))), 1e-4f) << "unfused " << p;
-    EXPECT_EQ(test::prompt_logits(base, set, {0.0f}, ids), test::prompt_logits(base, nullptr, {}, ids)) << p;
-  }
-  ThreadPool pool(2);
-  Transformer t(base.config, base.weights, set);
-  const auto a = ref["prompts"][1]["ids"].get<std::vector<int32_t>>(), b = ref["prompts"][2]["ids"].get<std::vector<int32_t>>();
-  KVCache ca(base.config, 64, test::kReferenceCache), cb(base.config, 64, test::kReferenceCache);
-  const std::vector<float> on = {1.0f}, off = {0.0f};
-  SequenceInput both[2] = {{&ca, a, true, on}, {&cb, b, true, off}};
-  const auto mixed = t.forward(pool, both);
-  const auto base_b = test::prompt_logits(base, nullptr, {}, b);
-  const size_t na = alone[1].size();
-  ASSERT_EQ(mixed.size(), na + base_b.size());
-  float da = 0, db = 0;
-  for (size_t i = 0; i < na; ++i) da = std::max(da, std::abs(mixed[i] - alone[1][i]));
-  for (size_t i = 0; i < base_b.size(); ++i) db = std::max(db, std::abs(mixed[na + i] - base_b[i]));
-  EXPECT_LE(da, 1e-5f);
-  EXPECT_LE(db, 1e-5f);
-  fs::remove_all(d);
+  o.fused_adapters = {{use, 1.0f}};
+  expect_refused([&] { model::load_model(qwen_dir(), o); }, {"mlp.experts.4.", "no weight was changed"});
 }
 
 TEST(MoeFamily, FamilyRowsAndGgufArchs) {

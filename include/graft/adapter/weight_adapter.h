@@ -87,6 +87,11 @@ struct AdapterTarget {
   // [hidden, r] / lora_b [r, vocab]): the other reading, as ΔW's factors. Binding uses `update`
   // when its ΔW matches the base weight, else this one when it does.
   std::optional<Update> transposed;
+  // Other module names the same update may belong to, where only the base can tell: a PEFT
+  // target_parameters level (PEFT nests a module's parameters in the model's parameter order, which
+  // the file does not record; at equal ranks either level may be either parameter). Binding takes
+  // the one name whose base weight has ΔW's shape and refuses when none or several do.
+  std::vector<std::string> alt_modules;
 };
 
 // A full copy of a base weight that PEFT saves beside an adapted embedding / lm_head

@@ -29,6 +29,15 @@ struct MoeLayout {
   bool reads_norm_topk_prob = false;
   // decoder_sparse_step / mlp_only_layers choose which layers are sparse (Qwen3-MoE); else every one.
   bool sparse_layer_pattern = false;
+  // transformers 5 holds the experts as 3-D parameters under <v5_block>.experts: v5_gate_up
+  // [E, 2 * width, hidden] (gate rows, then up) and v5_down [E, hidden, width]. PEFT
+  // target_parameters adapters name them; nullptr: no such layout.
+  const char* v5_block = nullptr;
+  const char* v5_gate_up = nullptr;
+  const char* v5_down = nullptr;
+  // mlx-lm's SwitchGLU of the block (<switch>.gate_proj/.up_proj/.down_proj, stacked [E, out, in]),
+  // which its LoRASwitchLinear adapters name; nullptr: none.
+  const char* mlx_switch = nullptr;
   bool present() const { return block != nullptr; }
 };
 
