@@ -89,7 +89,8 @@ struct LoraAdapter {
   // terms[layer][projection]; the head's terms sit at layers.back() + 1 (index num_layers).
   std::vector<std::array<std::vector<LoraTerm>, kProjections>> terms;
   std::vector<LoraTerm> embed;  // on the input lookup ([vocab, hidden] ΔE as B [vocab, r], A [r, hidden])
-  // Terms on the experts of mixture-of-experts layers, by (layer, expert, part: 0 gate, 1 up, 2 down).
+  // Terms on the experts of mixture-of-experts layers, by (layer, expert, part: 0 gate, 1 up, 2 down),
+  // and on a sparse layer's router as (layer, -1, 3).
   std::map<std::array<int64_t, 3>, std::vector<LoraTerm>> expert_terms;
   int64_t term_count = 0;
 
