@@ -28,12 +28,12 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *args, api_key=None):
+    def __init__(self, *args, api_key=None, model=MODEL):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
         self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"graft-serve-{self.port}.log"), "w+")
-        cmd = [BIN, "serve", "-m", MODEL, "--port", str(self.port), "--threads", "2", *args]
+        cmd = [BIN, "serve", "-m", model, "--port", str(self.port), "--threads", "2", *args]
         if api_key:
             cmd += ["--api-key", api_key]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
