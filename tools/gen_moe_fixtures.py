@@ -153,76 +153,6 @@ def gen_peft(spec, kind):
     print(f"{name}/{kind}: logits move by {moved} vs the base")
 
 
-# mlx_switch: an mlx-lm LoRA made by mlx-lm's own code on the checkpoint: linear_to_lora_layers over
-# every layer with the default keys, which turns SwitchGLU's SwitchLinear projections
-# (mlp.switch_mlp / block_sparse_moe.switch_mlp .gate_proj/.up_proj/.down_proj) into
-# LoRASwitchLinear (lora_a [E, r, in], lora_b [E, out, r]) and the attention Linears into LoRALinear.
-MLX_LORA = {"rank": 4, "scale": 2.0, "dropout": 0.0}
-
-
-def gen_mlx(spec):
-    """engine_adapters/<name>/mlx_switch: adapters.safetensors + adapter_config.json as `mlx_lm lora`
-    writes them (lora_a mlx-lm's own uniform init, lora_b N(0, 0.05^2) from a fixed seed instead of
-    zeros); reference.safetensors logits_<i> = mlx_lm.load(base, adapter_path=dir) forward, F32 on
-    the mlx CPU device, over the base's reference.json prompts."""
-    import json
-    import shutil
-    import numpy as np
-    import mlx.core as mx
-    import mlx_lm
-    from mlx.utils import tree_flatten
-    from mlx_lm.lora import CONFIG_DEFAULTS
-    from mlx_lm.tuner.utils import linear_to_lora_layers
-    from mlx_lm.utils import save_config
-    from safetensors.numpy import save_file
-    name = spec["name"]
-    base_dir = os.path.join(G.OUT_DIR, name)
-    d = os.path.join(PEFT_OUT, name, "mlx_switch")
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    with open(os.path.join(base_dir, "reference.json")) as f:
-        prompts = [p["ids"] for p in json.load(f)["prompts"]]
-    seed = 4321
-    model, _ = mlx_lm.load(base_dir)
-    layers = len(model.model.layers)
-    model.freeze()
-    mx.random.seed(seed)
-    linear_to_lora_layers(model, layers, dict(MLX_LORA))
-    params = dict(tree_flatten(model.trainable_parameters()))
-    rng = np.random.default_rng(seed + 1)
-    model.load_weights([(k, mx.array((rng.standard_normal(params[k].shape) * 0.05).astype(np.float32)))
-                        for k in sorted(params) if k.endswith(".lora_b")], strict=False)
-    weights = dict(tree_flatten(model.trainable_parameters()))
-    mx.eval(weights)
-    assert any(v.ndim == 3 for v in weights.values()), "no LoRASwitchLinear pair"
-    mx.save_safetensors(os.path.join(d, "adapters.safetensors"), weights)
-    args = dict(CONFIG_DEFAULTS)
-    args.update({"model": f"tests/fixtures/models/{name}", "train": False, "fine_tune_type": "lora", "data": None,
-                 "seed": seed, "num_layers": layers, "iters": 0,
-                 "adapter_path": f"tests/fixtures/engine_adapters/{name}/mlx_switch", "lora_parameters": dict(MLX_LORA)})
-    save_config(args, os.path.join(d, "adapter_config.json"))
-    ref, _ = mlx_lm.load(base_dir, adapter_path=d)
-    base, _ = mlx_lm.load(base_dir)
-    logits, moved = {}, []
-    for i, ids in enumerate(prompts):
-        out = ref(mx.array([ids]))[0].astype(mx.float32)
-        plain = base(mx.array([ids]))[0].astype(mx.float32)
-        mx.eval(out, plain)
-        logits[f"logits_{i}"] = np.array(out)
-        moved.append(round(float(np.abs(np.array(out) - np.array(plain)).max()), 4))
-    save_file(logits, os.path.join(d, "reference.safetensors"), metadata={"generator": "tools/gen_moe_fixtures.py"})
-    G.dump_json({"fixture": f"{name}/mlx_switch", "generator": "tools/gen_moe_fixtures.py --mlx", "base_model":
-                 f"tests/fixtures/models/{name}", "lora_parameters": MLX_LORA, "num_layers": layers, "seed": seed,
-                 "mlx": mx.__version__, "mlx_lm": mlx_lm.__version__, "max_abs_logit_change_vs_base": moved,
-                 "tensors": {k: list(v.shape) for k, v in sorted(weights.items())},
-                 "notes": "logits_<i>: mlx_lm.load(base, adapter_path=dir) forward (LoRASwitchLinear unfused: "
-                          "y + scale * gather_mm(gather_mm(x, lora_a^T), lora_b^T)), F32 on the mlx CPU device.",
-                 "prompts": [{"ids": ids} for ids in prompts]}, os.path.join(d, "reference.json"))
-    for fn in os.listdir(d):
-        os.chmod(os.path.join(d, fn), 0o644)
-    print(f"{name}/mlx_switch: logits move by {moved} vs the base")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="*")
@@ -238,7 +168,8 @@ def main():
         if args.only and spec["name"] not in args.only:
             continue
         if args.mlx:
-            gen_mlx(spec)
+            import gen_mlx_lora_fixtures
+            gen_mlx_lora_fixtures.gen(spec["name"], "mlx_switch")
             continue
         if args.peft:
             for (model, kind) in PEFT_TARGETS:

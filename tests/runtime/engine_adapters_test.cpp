@@ -78,6 +78,23 @@ TEST_P(PeftLoraReference, FusedAndUnfusedMatchPeft) {
 
 INSTANTIATE_TEST_SUITE_P(Families, PeftLoraReference, ::testing::ValuesIn(kModels));
 
+// mlx-lm's own LoRA (tools/gen_mlx_lora_fixtures.py: linear_to_lora_layers over every layer with
+// the default keys, lora_b perturbed) on the non-Llama families, against transformers' forward of
+// the weights mlx-lm's own fuse writes: the adapter's meaning is mlx-lm's (mlx-lm 0.32's forward is
+// no reference for these checkpoints: it has no sliding window for gemma2 / phi3, and its
+// gemma3_text fails on 3 layers). phi3: mlx-lm names the fused qkv_proj / gate_up_proj, split by
+// rows through the binding table.
+class MlxLoraReference : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MlxLoraReference, FusedAndUnfusedMatchMlxLm) {
+  const std::string dir = test::fixture(std::string("engine_adapters/") + GetParam() + "/mlx_lora");
+  const json ref = read_json(dir + "/reference.json");
+  check_against_reference(test::fixture(std::string("models/") + GetParam()), {{read_adapter(dir), 1.0f}},
+                          dir + "/reference.safetensors", ref["prompts"], false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, MlxLoraReference, ::testing::Values("gemma2_f32", "gemma3_f32", "phi3_f32"));
+
 class TwoAdaptersReference : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(TwoAdaptersReference, WeightedSumMatchesPeft) {
