@@ -8,6 +8,7 @@
 #include "graft/core/error.h"
 #include "graft/io/json_file.h"
 #include "graft/model/fused_projections.h"
+#include "graft/model/stacked_experts.h"
 #include "graft/model/model_adapters.h"
 #include "graft/text/gguf_tokenizer.h"
 
@@ -91,11 +92,9 @@ ModelSource open_model_source(const std::string& path) {
     fail_as(ErrorKind::kUnsupported, "config '", cfg.string(), "': quantization is not supported for ", c.model_type,
             " (an mlx-lm quantized checkpoint of fused qkv_proj/gate_up_proj is not implemented; use the dense ",
             "checkpoint, or a GGUF file)");
-  if (c.quantization && c.num_experts > 0)
-    fail_as(ErrorKind::kUnsupported, "config '", cfg.string(), "': quantization is not supported for ", c.model_type,
-            " (mlx-lm stores quantized experts stacked as switch_mlp tensors, which graft does not read; use the ",
-            "dense checkpoint, or a GGUF file)");
   source = split_fused_projections(source, c);
+  source = unstack_mlx_experts(source, c);  // mlx-lm's stacked switch_mlp experts, dense or quantized
+  if (c.quantization) unstack_quantization_overrides(*c.quantization, c);
   if (c.quantization) source = std::make_shared<QuantizedCheckpointSource>(source, *c.quantization);
   return ModelSource{"safetensors", c, source, nullptr};
 }

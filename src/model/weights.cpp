@@ -49,17 +49,24 @@ Tensor owned_copy(const Tensor& t) {
   return Tensor::owned(t.dtype, t.shape, std::vector<uint8_t>(p, p + t.nbytes()));
 }
 
+// The affine kernels take 4-bit rows in whole 64-code blocks; a narrower row (a tiny model's expert
+// of width 32) runs from its exact F32 dequantization, x · dequant(W)ᵀ, as mlx computes it.
+Matrix affine_matrix(AffineQuantized q) {
+  if (q.bits == 4 && q.cols % 64 != 0) return Matrix::of(dequantize_affine(q));
+  return Matrix::of(std::move(q));
+}
+
 Matrix read_matrix_stored(const io::TensorSource& s, const std::string& name, const WeightLoadOptions& o) {
   if (o.quantized && o.quantized->is_quantized(name)) {
-    if (!o.requantize.count(name)) return Matrix::of(o.quantized->quantized(name));
+    if (!o.requantize.count(name)) return affine_matrix(o.quantized->quantized(name));
     const QuantSpec spec = o.quantized->spec(name);
-    return Matrix::of(quantize_affine(s.read(name), spec.bits, spec.group_size, o.requantize_scale_dtype));
+    return affine_matrix(quantize_affine(s.read(name), spec.bits, spec.group_size, o.requantize_scale_dtype));
   }
   Tensor t = s.read(name);
   if (o.weight_dtype) t = convert_tensor(t, *o.weight_dtype);
   if (o.quantize && t.shape.size() == 2 && t.shape[1] % o.quantize->group_size == 0)
-    return Matrix::of(quantize_affine(t, o.quantize->bits, o.quantize->group_size,
-                                      dtype_is_quantized(t.dtype) ? DType::F32 : t.dtype));
+    return affine_matrix(quantize_affine(t, o.quantize->bits, o.quantize->group_size,
+                                         dtype_is_quantized(t.dtype) ? DType::F32 : t.dtype));
   return Matrix::of(t);
 }
 

@@ -259,8 +259,10 @@ TEST_P(QuantizedModel, BaseAndUnfusedLoraMatchMlxLm) {
 // in full; nothing after a divergence is compared.
 TEST_P(QuantizedModel, InterleavedKernelsStayNearMlxLm) {
   if (!interleave_enabled_affine()) GTEST_SKIP() << "no interleaved integer kernel on this CPU (or GRAFT_Q8_INTERLEAVE=0)";
-  constexpr float kMaxAbs = 0.5f;
   auto [dir, ref, m, set, refs] = mlx_case(GetParam());
+  // A mixture-of-experts model also moves where the rounding flips a near-tied router choice (one
+  // expert's output swapped for another's): measured 0.67 on qwen3_moe_f32_q4g32, bound 1.0.
+  const float kMaxAbs = m.config.num_experts > 0 ? 1.0f : 0.5f;
   const auto& [base_ref, lora_ref, sfx] = refs;
   ThreadPool prep(2);
   EXPECT_GT(prepare_weights(m.weights, prep), 0);
@@ -318,7 +320,8 @@ TEST_P(QuantizedModel, FusingIsRefusedUnlessRequantizeIsAsked) {
   EXPECT_LT(err, effect) << "requantized fuse is further from the adapter than the base is";
 }
 
-INSTANTIATE_TEST_SUITE_P(Mlx, QuantizedModel, ::testing::Values("llama_f32_q4g32", "qwen2_bf16_q8g64", "qwen3_f32_q4g64"));
+INSTANTIATE_TEST_SUITE_P(Mlx, QuantizedModel, ::testing::Values("llama_f32_q4g32", "qwen2_bf16_q8g64", "qwen3_f32_q4g64",
+                                                              "qwen3_moe_f32_q4g32"));  // experts stacked as switch_mlp
 
 }  // namespace
 }  // namespace graft::runtime
