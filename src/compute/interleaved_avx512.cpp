@@ -26,7 +26,6 @@ namespace graft::runtime::detail {
 namespace {
 
 constexpr int kMaxRows = 8;
-constexpr int kPairMaxRows = kInterleavedPairRows;  // two groups' weight words and accumulators in registers
 
 GRAFT_I512 __m512i bcst4(const int8_t* p) {
   int32_t v;
@@ -34,22 +33,12 @@ GRAFT_I512 __m512i bcst4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// NG weight groups (g, g + 1, ...) against R activation rows: out + gi·m·16 receives group g + gi.
-// Two groups (decode) give the core two independent streams of loads; each output's chain is the
-// same as with one.
-template <InterleavedKind K, int R, int NG>
+template <InterleavedKind K, int R>
 GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, int64_t i0,
                               float* out) {
   const int64_t nb = b.blocks;
-  const uint8_t* codes[NG];
-  const uint16_t* scales[NG];
-  const float* params[NG];  // (affine)
-#pragma GCC unroll 2
-  for (int gi = 0; gi < NG; ++gi) {
-    codes[gi] = b.codes(g + gi);
-    scales[gi] = b.scales(g + gi);
-    params[gi] = b.params(g + gi);
-  }
+  const uint8_t* codes = b.codes(g);
+  const uint16_t* scales = b.scales(g);
   // The packed records of rows i0 .. i0 + R − 1: one pointer each for codes, scales and sums.
   const int8_t* xq = act.xb.data() + i0 * nb * 32;
   const float* xd = act.xd.data() + i0 * nb;
@@ -58,22 +47,17 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   const int32_t* xo16 = act.xo16.data() + 2 * i0 * nb;
   using F = InterleavedFmt<K>;
   const int64_t ahead_bytes = interleaved_prefetch_ahead();
+  const float* params = b.params(g);  // (affine)
   const int shift = b.param_shift;
   // The prefetch cursor's bytes per block (affine: the group's record spread over its blocks).
   const int64_t stride = F::kCodeBytes + (F::kAffine ? b.scale_bytes : F::kScaleBytes);
-  __m512 acc[NG][R];
-#pragma GCC unroll 2
-  for (int gi = 0; gi < NG; ++gi)
+  __m512 acc[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[gi][r] = _mm512_setzero_ps();
-  __m512 super_d[NG], super_nm[NG];  // (Q4_K: the super-block's d, −dmin)
-#pragma GCC unroll 2
-  for (int gi = 0; gi < NG; ++gi) super_d[gi] = super_nm[gi] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  __m512 super_d = _mm512_setzero_ps(), super_nm = super_d;  // (Q4_K: the super-block's d, −dmin)
   for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += R, xs += R, xm += R, xo16 += 2 * R) {
-#pragma GCC unroll 2
-  for (int gi = 0; gi < NG; ++gi) {
-    const uint8_t* p = codes[gi] + F::block_offset(blk);
-    const char* ahead = reinterpret_cast<const char*>(codes[gi]) + blk * stride + ahead_bytes;
+    const uint8_t* p = codes + F::block_offset(blk);
+    const char* ahead = reinterpret_cast<const char*>(codes) + blk * stride + ahead_bytes;
 #pragma GCC unroll 10
     for (int l = 0; l < (stride + 63) / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
     __m512i w[8];
@@ -116,8 +100,8 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
     if constexpr (F::kSplit) {
       // Q6_K: a scale d·sc per 16 columns; the sums of words 0..3 and 4..7 apart, each from its own
       // offset −32·Σ q_x of those 16 columns.
-      const int8_t* sc = b.q6k_scales(g + gi, blk);
-      const __m512 d = _mm512_load_ps(b.q6k_d(g + gi, blk));
+      const int8_t* sc = b.q6k_scales(g, blk);
+      const __m512 d = _mm512_load_ps(b.q6k_d(g, blk));
       const __m512 d0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))));
       const __m512 d1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc + 16)))));
       static_assert(F::kOffset == 32, "xo16 holds the offset −32·Σ q_x");
@@ -133,29 +117,30 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
         s0 = _mm512_dpbusd_epi32(s0, w[3], bcst4(x + 12));
         s1 = _mm512_dpbusd_epi32(s1, w[7], bcst4(x + 28));
         const __m512 dx = _mm512_set1_ps(xd[r]);
-        acc[gi][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(d0, dx), acc[gi][r]);
-        acc[gi][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(d1, dx), acc[gi][r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(d0, dx), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(d1, dx), acc[r]);
       }
-    } else {
+      continue;
+    }
     __m512 dw, mw;
     if constexpr (F::kAffine) {
-      const float* pr = params[gi] + (blk >> shift) * 32;
+      const float* pr = params + (blk >> shift) * 32;
       dw = _mm512_load_ps(pr);
       mw = _mm512_load_ps(pr + 16);
     } else if constexpr (F::kQ4K) {
       // d·sc and (−dmin)·m, exact in F32: the values of an affine copy's parameters, 40 bytes a block
       // (d and −dmin widened once per super-block of 8 blocks).
       if (blk % 8 == 0) {
-        const uint16_t* dd = b.q4k_d(g + gi, blk);
-        super_d[gi] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd)));
-        super_nm[gi] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd + 16)));
+        const uint16_t* dd = b.q4k_d(g, blk);
+        super_d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd)));
+        super_nm = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd + 16)));
       }
-      const uint8_t* sm = b.q4k_scales(g + gi, blk);
-      dw = _mm512_mul_ps(super_d[gi], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)))));
-      mw = _mm512_mul_ps(super_nm[gi],
+      const uint8_t* sm = b.q4k_scales(g, blk);
+      dw = _mm512_mul_ps(super_d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)))));
+      mw = _mm512_mul_ps(super_nm,
                          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm + 16)))));
     } else {
-      const uint16_t* sc = scales[gi] + blk * (F::kScaleBytes / 2);
+      const uint16_t* sc = scales + blk * (F::kScaleBytes / 2);
       dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
       if constexpr (F::kMin) mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + 16)));
     }
@@ -173,38 +158,25 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
       s1 = _mm512_dpbusd_epi32(s1, w[7], bcst4(x + 28));
       const float dx = xd[r];
       const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
-      acc[gi][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[gi][r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[r]);
       if constexpr (F::kMin)
-        acc[gi][r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xm[r]), acc[gi][r]);  // (xm = dx·float(xs), as the model)
-    }
+        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xm[r]), acc[r]);  // (xm = dx·float(xs), as the model)
     }
   }
-  }
-#pragma GCC unroll 2
-  for (int gi = 0; gi < NG; ++gi)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + gi * act.m * 16 + (i0 + r) * 16, acc[gi][r]);
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (i0 + r) * 16, acc[r]);
 }
 
 template <InterleavedKind K>
 void group_all(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   // Tiles of eight rows then one of the rest: the groups of act.pack_blocks8.
-  for_row_tiles<kMaxRows>(0, act.m, [&]<int R>(int64_t i) { group_rows<K, R, 1>(b, act, g, i, out); });
-}
-
-template <InterleavedKind K>
-void group_pair(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
-  for_row_tiles<kPairMaxRows>(0, act.m, [&]<int R>(int64_t i) { group_rows<K, R, 2>(b, act, g, i, out); });
+  for_row_tiles<kMaxRows>(0, act.m, [&]<int R>(int64_t i) { group_rows<K, R>(b, act, g, i, out); });
 }
 
 }  // namespace
 
 void interleaved_group_avx512(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
   with_kind(b.kind, [&]<InterleavedKind K>() { group_all<K>(b, act, g, out); });
-}
-
-void interleaved_group_pair_avx512(const InterleavedBlocks& b, const Q8Activations& act, int64_t g, float* out) {
-  with_kind(b.kind, [&]<InterleavedKind K>() { group_pair<K>(b, act, g, out); });
 }
 
 }  // namespace graft::runtime::detail

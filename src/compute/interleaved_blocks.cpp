@@ -270,28 +270,17 @@ void interleaved_cols(const InterleavedBlocks& b, const Q8Activations& act, floa
                      : kernel == Q8Kernel::AvxVnni  ? interleaved_group_avxvnni
                      : kernel == Q8Kernel::Avx2     ? interleaved_group_avx2
                                                     : interleaved_group_scalar;
-  const bool pairs = kernel == Q8Kernel::Avx512Vnni && act.m <= kInterleavedPairRows;
   thread_local std::vector<float> out;
-  out.resize(static_cast<size_t>(2 * act.m * kRows));
-  auto emit = [&](int64_t g, const float* o_g) {
+  out.resize(static_cast<size_t>(act.m * kRows));
+  for (int64_t g = j0 / kRows; g * kRows < j1; ++g) {
+    group(b, act, g, out.data());
     const int64_t c0 = std::max(j0, g * kRows), c1 = std::min({j1, g * kRows + kRows, b.n});
     for (int64_t i = 0; i < act.m; ++i)
       for (int64_t j = c0; j < c1; ++j) {
         float& o = y[i * ldy + j];
-        const float v = o_g[i * kRows + (j - g * kRows)];
+        const float v = out[i * kRows + (j - g * kRows)];
         o = accumulate ? o + v : v;
       }
-  };
-  for (int64_t g = j0 / kRows; g * kRows < j1; ++g) {
-    if (pairs && (g + 1) * kRows < j1) {
-      interleaved_group_pair_avx512(b, act, g, out.data());
-      emit(g, out.data());
-      emit(g + 1, out.data() + act.m * kRows);
-      ++g;
-      continue;
-    }
-    group(b, act, g, out.data());
-    emit(g, out.data());
   }
 }
 

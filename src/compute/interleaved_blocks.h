@@ -187,10 +187,6 @@ void interleaved_group_scalar(const InterleavedBlocks& w, const Q8Activations& a
 void interleaved_group_avx512(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
 void interleaved_group_avxvnni(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
 void interleaved_group_avx2(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
-// Groups g and g + 1 at once (act.m ≤ kInterleavedPairRows): out[i·16 + r] as above for g, and
-// out[(m + i)·16 + r] for g + 1; the same values as two calls (decode: two streams of loads in flight).
-inline constexpr int64_t kInterleavedPairRows = 2;
-void interleaved_group_pair_avx512(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);
 
 // Shared by the SIMD group kernels. Per format: bytes of codes per block and group, of scales (GGUF:
 // per block; affine: per mlx group, the F32 scale and bias record), the codes' offset (Q4_0's

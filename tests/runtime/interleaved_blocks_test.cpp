@@ -22,7 +22,6 @@
 #include <cstdlib>
 #include <string>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "graft/core/error.h"
@@ -190,21 +189,6 @@ TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
     for (int64_t i = 0; i < m; ++i) {
       const auto one = run_matrix(w, x.data() + i * k, 1, 2);
       for (int64_t j = 0; j < n; ++j) ASSERT_EQ(one[j], all[i * n + j]) << dtype_name(t) << " row " << i;
-    }
-  }
-}
-
-// Decode's one or two activation rows run two groups per call on AVX512-VNNI
-// (interleaved_group_pair_avx512): every kind, whole and cut column ranges, equal to the block model.
-TEST_P(InterleavedKernel, TwoGroupsAtOnceEqualTheBlockModel) {
-  const int64_t n = 70, k = 512;  // five groups: two pairs and one left over; Q4_K / Q6_K: whole super-blocks
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
-    const auto b = interleave_blocks(random_blocks(t, n, k, 201));
-    for (int64_t m : {1, 2}) {
-      const auto x = random_x(m, k, 203);
-      for (const auto& [j0, j1] : {std::pair<int64_t, int64_t>{0, n}, {5, 60}, {16, 48}, {33, 70}})
-        EXPECT_EQ(run(*b, x.data(), m, GetParam(), j0, j1), run(*b, x.data(), m, Q8Kernel::Scalar, j0, j1))
-            << dtype_name(t) << " m=" << m << " columns " << j0 << ".." << j1;
     }
   }
 }
