@@ -104,13 +104,15 @@ struct InterleavedBlocks {
   }
   // Affine: block b's 16 scales at params(g) + (b >> param_shift)·32, its 16 biases 16 further.
   const float* params(int64_t g) const { return reinterpret_cast<const float*>(codes(g) + blocks * code_bytes); }
-  // Q4_K, Q6_K: the 320 bytes of scales of block b's super-block (after its 8 blocks' codes).
+  // Q4_K: the 320 bytes of scales of block b's super-block (after its 8 blocks' codes).
   const uint8_t* super_scales(int64_t g, int64_t b) const { return codes(g) + (b / 8) * super_bytes + 8 * code_bytes; }
   // Q6_K: block b's 32 int8 scales (16 rows of columns 0..15, then of 16..31) and its super-block's 16 d.
   const int8_t* q6k_scales(int64_t g, int64_t b) const {
-    return reinterpret_cast<const int8_t*>(super_scales(g, b) + (b % 8) * 32);
+    return reinterpret_cast<const int8_t*>(codes(g) + blocks * code_bytes + (b / 8) * 320 + (b % 8) * 32);
   }
-  const float* q6k_d(int64_t g, int64_t b) const { return reinterpret_cast<const float*>(super_scales(g, b) + 256); }
+  const float* q6k_d(int64_t g, int64_t b) const {
+    return reinterpret_cast<const float*>(codes(g) + blocks * code_bytes + (b / 8) * 320 + 256);
+  }
   // Q4_K: block b's 16 scales sc then 16 mins m (bytes), and its super-block's 16 f16 d then 16 f16 −dmin.
   const uint8_t* q4k_scales(int64_t g, int64_t b) const { return super_scales(g, b) + (b % 8) * 32; }
   const uint16_t* q4k_d(int64_t g, int64_t b) const {
@@ -208,7 +210,7 @@ struct InterleavedFmt {
   static constexpr int kCodeBytes = kNibbles ? 256 : kFive ? 320 : kSix ? 384 : 512;
   static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : (kSix || kQ4K) ? 40 : 32;
   // The K-quants' super-block of 8 blocks, codes then scales (InterleavedBlocks::super_bytes); else 0.
-  static constexpr int kSuperBytes = (kSix || kQ4K) ? 8 * (kCodeBytes + kScaleBytes) : 0;
+  static constexpr int kSuperBytes = kQ4K ? 8 * (kCodeBytes + kScaleBytes) : 0;
   // Block blk's code words from the start of its group.
   static constexpr int64_t block_offset(int64_t blk) {
     return kSuperBytes ? (blk / 8) * kSuperBytes + (blk % 8) * kCodeBytes : blk * kCodeBytes;
