@@ -61,22 +61,22 @@ const char* interleaved_kind_name(InterleavedKind k);
 // then, after all blocks' codes,
 //   GGUF: per block the 16 rows' f16 scales d (32 bytes), for Q4_1 and Q5_1 followed by their f16 mins m
 //         (32 bytes);
+//   Q6_K: per super-block of 8 blocks (320 bytes), per block the 16 rows' int8 scales sc of columns
+//         0..15 then of 16..31 (32 bytes), then the 16 rows' d as F32 (64 bytes): a half's scale is
+//         d·sc, exact in F32 (11 × 8 significant bits), formed in the kernel (6.6 bits a weight in all);
 //   affine: per mlx group of columns (2^param_shift blocks) the 16 rows' F32 scales then their F32
 //         biases (128 bytes: stored once per group, not per block, so that a decode step streams
 //         4 + 64/group_size bits per weight at 4-bit).
-// The K-quants (Q4_K, Q6_K) instead keep each super-block of 8 blocks (256 columns) together: its
-// 8 blocks' codes, then its 320 bytes of scales, so that a group is one sequential stream
-// (super_bytes: 2368 for Q4_K, 3392 for Q6_K; decode reads it front to back, and the one prefetch
-// cursor of interleaved_prefetch_ahead runs exactly that many bytes ahead). The 320 bytes:
-//   Q6_K: per block the 16 rows' int8 scales sc of columns 0..15 then of 16..31 (32 bytes), then
-//         the 16 rows' d as F32 (64 bytes): a half's scale is d·sc, exact in F32 (11 × 8
-//         significant bits), formed in the kernel (6.6 bits a weight in all);
-//   Q4_K: per block the 16 rows' 6-bit scales sc then their 6-bit mins m as bytes (32 bytes),
-//         then the 16 rows' f16 d (32 bytes) and f16 −dmin (32 bytes), as the file stores them
-//         (4.625 bits a weight; the file: 4.5). The kernels form d·sc and (−dmin)·m in F32, exact
-//         (11 × 6 significant bits), the very values an affine copy with F32 parameters per block
-//         would hold (the block model's Q4_1 steps), at 40 bytes of parameters per block instead of
-//         128: decode streams every byte once, so the bytes set its speed.
+// Q4_K instead keeps each super-block of 8 blocks (256 columns) together: its 8 blocks' codes, then
+// its 320 bytes of scales (super_bytes = 2368), so that a group is one sequential stream (decode
+// reads it front to back; the one prefetch cursor of interleaved_prefetch_ahead runs exactly that
+// many bytes ahead; the same layout for Q6_K measured slower, docs/PERFORMANCE.md). The 320 bytes:
+// per block the 16 rows' 6-bit scales sc then their 6-bit mins m as bytes (32 bytes), then the 16
+// rows' f16 d (32 bytes) and f16 −dmin (32 bytes), as the file stores them (4.625 bits a weight; the
+// file: 4.5). The kernels form d·sc and (−dmin)·m in F32, exact (11 × 6 significant bits), the very
+// values an affine copy with F32 parameters per block would hold (the block model's Q4_1 steps), at
+// 40 bytes of parameters per block instead of 128: decode streams every byte once, so the bytes set
+// its speed.
 struct InterleavedBlocks {
   InterleavedKind kind = InterleavedKind::Q8_0;
   int64_t n = 0, k = 0;
@@ -85,7 +85,7 @@ struct InterleavedBlocks {
   int64_t scale_bytes = 0;  // per block and group: 32, or 64 with Q4_1's mins; Q6_K, Q4_K: 40; affine: 128 >> param_shift
   int param_shift = 0;      // affine: log2(blocks per mlx group); 0 for GGUF
   int64_t group_bytes = 0;  // codes and scales of one group, a multiple of 64
-  int64_t super_bytes = 0;  // Q4_K, Q6_K: a super-block's 8 blocks of codes and their scales; else 0
+  int64_t super_bytes = 0;  // Q4_K: a super-block's 8 blocks of codes and their scales; else 0
   std::shared_ptr<uint8_t[]> storage;
   const uint8_t* base = nullptr;  // 64-byte aligned
 
@@ -94,7 +94,7 @@ struct InterleavedBlocks {
     return kind == InterleavedKind::Affine4 || kind == InterleavedKind::Affine8 || kind == InterleavedKind::Affine5;
   }
   const uint8_t* codes(int64_t g) const { return base + g * group_bytes; }
-  // Block b's code words (the K-quants: inside its super-block, before the super-block's scales).
+  // Block b's code words (Q4_K: inside its super-block, before the super-block's scales).
   const uint8_t* block_codes(int64_t g, int64_t b) const {
     return super_bytes ? codes(g) + (b / 8) * super_bytes + (b % 8) * code_bytes : codes(g) + b * code_bytes;
   }
@@ -209,7 +209,7 @@ struct InterleavedFmt {
   static constexpr bool kMin = K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1 || kAffine || kQ4K;
   static constexpr int kCodeBytes = kNibbles ? 256 : kFive ? 320 : kSix ? 384 : 512;
   static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : (kSix || kQ4K) ? 40 : 32;
-  // The K-quants' super-block of 8 blocks, codes then scales (InterleavedBlocks::super_bytes); else 0.
+  // Q4_K's super-block of 8 blocks, codes then scales (InterleavedBlocks::super_bytes); else 0.
   static constexpr int kSuperBytes = kQ4K ? 8 * (kCodeBytes + kScaleBytes) : 0;
   // Block blk's code words from the start of its group.
   static constexpr int64_t block_offset(int64_t blk) {
