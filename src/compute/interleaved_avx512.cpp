@@ -56,7 +56,7 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   __m512 super_d = _mm512_setzero_ps(), super_nm = super_d;  // (Q4_K: the super-block's d, −dmin)
   for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += R, xs += R, xm += R, xo16 += 2 * R) {
-    const uint8_t* p = codes + F::block_offset(blk);
+    const uint8_t* p = codes + blk * F::kCodeBytes;
     const char* ahead = reinterpret_cast<const char*>(codes) + blk * stride + ahead_bytes;
 #pragma GCC unroll 10
     for (int l = 0; l < (stride + 63) / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);

@@ -101,7 +101,6 @@ std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, in
     using F = InterleavedFmt<K>;
     b.code_bytes = F::kCodeBytes;
     b.scale_bytes = F::kAffine ? F::kScaleBytes >> param_shift : F::kScaleBytes;  // affine: a group's record per block
-    b.super_bytes = F::kSuperBytes;
   });
   b.group_bytes = (b.blocks * (b.code_bytes + b.scale_bytes) + 63) / 64 * 64;
   // Pages mapped in bulk (MAP_POPULATE): a page fault per 4 KiB touched was half of the copy's time.
@@ -211,7 +210,7 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
     for (int64_t r = 0; r < kRows; ++r) {
       float acc = 0.0f;
       for (int64_t blk = 0; blk < b.blocks; ++blk) {
-        const uint8_t* w = b.block_codes(g, blk) + r * 4;
+        const uint8_t* w = b.codes(g) + blk * b.code_bytes + r * 4;
         const int8_t* x = &act.q[i * k + blk * kBlock];
         int32_t s = 0, part[2] = {0, 0};  // (Q6_K: the sums of columns 0..15 and 16..31)
         for (int c = 0; c < kBlock; ++c) {

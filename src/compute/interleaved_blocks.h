@@ -64,19 +64,15 @@ const char* interleaved_kind_name(InterleavedKind k);
 //   Q6_K: per super-block of 8 blocks (320 bytes), per block the 16 rows' int8 scales sc of columns
 //         0..15 then of 16..31 (32 bytes), then the 16 rows' d as F32 (64 bytes): a half's scale is
 //         d·sc, exact in F32 (11 × 8 significant bits), formed in the kernel (6.6 bits a weight in all);
+//   Q4_K: per super-block of 8 blocks (320 bytes), per block the 16 rows' 6-bit scales sc then
+//         their 6-bit mins m as bytes (32 bytes), then the 16 rows' f16 d (32 bytes) and f16 −dmin
+//         (32 bytes), as the file stores them (4.625 bits a weight; the file: 4.5). The kernels form
+//         d·sc and (−dmin)·m in F32, exact (11 × 6 significant bits), the very values an affine copy
+//         with F32 parameters per block would hold (the block model's Q4_1 steps), at 40 bytes of
+//         parameters per block instead of 128: decode streams every byte once, so the bytes set its speed;
 //   affine: per mlx group of columns (2^param_shift blocks) the 16 rows' F32 scales then their F32
 //         biases (128 bytes: stored once per group, not per block, so that a decode step streams
 //         4 + 64/group_size bits per weight at 4-bit).
-// Q4_K instead keeps each super-block of 8 blocks (256 columns) together: its 8 blocks' codes, then
-// its 320 bytes of scales (super_bytes = 2368), so that a group is one sequential stream (decode
-// reads it front to back; the one prefetch cursor of interleaved_prefetch_ahead runs exactly that
-// many bytes ahead; the same layout for Q6_K measured slower, docs/PERFORMANCE.md). The 320 bytes:
-// per block the 16 rows' 6-bit scales sc then their 6-bit mins m as bytes (32 bytes), then the 16
-// rows' f16 d (32 bytes) and f16 −dmin (32 bytes), as the file stores them (4.625 bits a weight; the
-// file: 4.5). The kernels form d·sc and (−dmin)·m in F32, exact (11 × 6 significant bits), the very
-// values an affine copy with F32 parameters per block would hold (the block model's Q4_1 steps), at
-// 40 bytes of parameters per block instead of 128: decode streams every byte once, so the bytes set
-// its speed.
 struct InterleavedBlocks {
   InterleavedKind kind = InterleavedKind::Q8_0;
   int64_t n = 0, k = 0;
@@ -85,7 +81,6 @@ struct InterleavedBlocks {
   int64_t scale_bytes = 0;  // per block and group: 32, or 64 with Q4_1's mins; Q6_K, Q4_K: 40; affine: 128 >> param_shift
   int param_shift = 0;      // affine: log2(blocks per mlx group); 0 for GGUF
   int64_t group_bytes = 0;  // codes and scales of one group, a multiple of 64
-  int64_t super_bytes = 0;  // Q4_K: a super-block's 8 blocks of codes and their scales; else 0
   std::shared_ptr<uint8_t[]> storage;
   const uint8_t* base = nullptr;  // 64-byte aligned
 
@@ -94,18 +89,12 @@ struct InterleavedBlocks {
     return kind == InterleavedKind::Affine4 || kind == InterleavedKind::Affine8 || kind == InterleavedKind::Affine5;
   }
   const uint8_t* codes(int64_t g) const { return base + g * group_bytes; }
-  // Block b's code words (Q4_K: inside its super-block, before the super-block's scales).
-  const uint8_t* block_codes(int64_t g, int64_t b) const {
-    return super_bytes ? codes(g) + (b / 8) * super_bytes + (b % 8) * code_bytes : codes(g) + b * code_bytes;
-  }
   // GGUF: block b's 16 scales at scales(g) + b·scale_bytes / 2; Q4_1's mins 16 further.
   const uint16_t* scales(int64_t g) const {
     return reinterpret_cast<const uint16_t*>(codes(g) + blocks * code_bytes);
   }
   // Affine: block b's 16 scales at params(g) + (b >> param_shift)·32, its 16 biases 16 further.
   const float* params(int64_t g) const { return reinterpret_cast<const float*>(codes(g) + blocks * code_bytes); }
-  // Q4_K: the 320 bytes of scales of block b's super-block (after its 8 blocks' codes).
-  const uint8_t* super_scales(int64_t g, int64_t b) const { return codes(g) + (b / 8) * super_bytes + 8 * code_bytes; }
   // Q6_K: block b's 32 int8 scales (16 rows of columns 0..15, then of 16..31) and its super-block's 16 d.
   const int8_t* q6k_scales(int64_t g, int64_t b) const {
     return reinterpret_cast<const int8_t*>(codes(g) + blocks * code_bytes + (b / 8) * 320 + (b % 8) * 32);
@@ -114,9 +103,11 @@ struct InterleavedBlocks {
     return reinterpret_cast<const float*>(codes(g) + blocks * code_bytes + (b / 8) * 320 + 256);
   }
   // Q4_K: block b's 16 scales sc then 16 mins m (bytes), and its super-block's 16 f16 d then 16 f16 −dmin.
-  const uint8_t* q4k_scales(int64_t g, int64_t b) const { return super_scales(g, b) + (b % 8) * 32; }
+  const uint8_t* q4k_scales(int64_t g, int64_t b) const {
+    return codes(g) + blocks * code_bytes + (b / 8) * 320 + (b % 8) * 32;
+  }
   const uint16_t* q4k_d(int64_t g, int64_t b) const {
-    return reinterpret_cast<const uint16_t*>(super_scales(g, b) + 256);
+    return reinterpret_cast<const uint16_t*>(codes(g) + blocks * code_bytes + (b / 8) * 320 + 256);
   }
   int64_t nbytes() const { return groups() * group_bytes; }
 };
@@ -209,12 +200,6 @@ struct InterleavedFmt {
   static constexpr bool kMin = K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1 || kAffine || kQ4K;
   static constexpr int kCodeBytes = kNibbles ? 256 : kFive ? 320 : kSix ? 384 : 512;
   static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : (kSix || kQ4K) ? 40 : 32;
-  // Q4_K's super-block of 8 blocks, codes then scales (InterleavedBlocks::super_bytes); else 0.
-  static constexpr int kSuperBytes = kQ4K ? 8 * (kCodeBytes + kScaleBytes) : 0;
-  // Block blk's code words from the start of its group.
-  static constexpr int64_t block_offset(int64_t blk) {
-    return kSuperBytes ? (blk / 8) * kSuperBytes + (blk % 8) * kCodeBytes : blk * kCodeBytes;
-  }
   static constexpr int32_t kOffset = K == InterleavedKind::Q4_0   ? 8
                                      : K == InterleavedKind::Q8_0 ? 128
                                      : K == InterleavedKind::Q5_0 ? 16

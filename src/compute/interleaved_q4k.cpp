@@ -39,6 +39,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, Thread
   const int64_t supers = b.k / kSuper, row_bytes = supers * kSuperBytes;
   const auto* src = static_cast<const uint8_t*>(w.data);
   detail::fill_rows(b, pool, [&](int64_t g, int64_t r) {
+    auto* codes = const_cast<uint8_t*>(b.codes(g));
     const uint8_t* row = src + (g * kRows + r) * row_bytes;
     for (int64_t sb = 0; sb < supers; ++sb) {
       const uint8_t* p = row + sb * kSuperBytes;
@@ -57,7 +58,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, Thread
         // words, a store-forwarding stall per word: half of the copy's time).
         const uint8_t* qs = p + 16 + 32 * (s / 2);
         const int shift = 4 * (s % 2);
-        uint8_t* dst = const_cast<uint8_t*>(b.block_codes(g, blk)) + r * 4;
+        uint8_t* dst = codes + blk * b.code_bytes + r * 4;
         for (int t = 0; t < 4; ++t) {
           const uint32_t word = ((load_u32(qs + 4 * t) >> shift) & 0x0f0f0f0fu) |
                                 ((load_u32(qs + 16 + 4 * t) >> shift) & 0x0f0f0f0fu) << 4;
@@ -91,7 +92,7 @@ void deinterleave_q4_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) 
         packed[s - 4] |= static_cast<uint8_t>((sc >> 4) << 6);
         packed[s] |= static_cast<uint8_t>((m >> 4) << 6);
       }
-      const uint8_t* src = b.block_codes(g, blk) + r * 4;
+      const uint8_t* src = b.codes(g) + blk * b.code_bytes + r * 4;
       uint8_t* qs = p + 16 + 32 * (s / 2);
       const int shift = 4 * (s % 2);
       for (int t = 0; t < 4; ++t)

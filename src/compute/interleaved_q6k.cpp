@@ -47,6 +47,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, Thread
   const int64_t supers = b.k / kSuper, row_bytes = supers * kSuperBytes;
   const auto* src = static_cast<const uint8_t*>(w.data);
   detail::fill_rows(b, pool, [&](int64_t g, int64_t r) {
+    auto* codes = const_cast<uint8_t*>(b.codes(g));
     const uint8_t* row = src + (g * kRows + r) * row_bytes;
     for (int64_t sb = 0; sb < supers; ++sb) {
       const uint8_t* p = row + sb * kSuperBytes;
@@ -64,7 +65,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, Thread
         const uint8_t* ql = p + 64 * h + 32 * (u % 2);
         const uint8_t* qh = p + 128 + 32 * h;
         const int nibble_shift = 4 * (u / 2), pair_shift = 2 * u;
-        uint8_t* dst = const_cast<uint8_t*>(b.block_codes(g, blk)) + r * 4;
+        uint8_t* dst = codes + blk * b.code_bytes + r * 4;
         // Nibble word t, byte e: column 4t + e low, 16 + 4t + e high; high word 4 + p, byte e, bits
         // 2t, 2t + 1: column 16p + 4t + e.
         uint32_t high[2] = {0, 0};
@@ -95,7 +96,7 @@ void deinterleave_q6_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) 
       const int64_t blk = sb * 8 + s;
       p[192 + 2 * s] = static_cast<uint8_t>(b.q6k_scales(g, blk)[r]);
       p[192 + 2 * s + 1] = static_cast<uint8_t>(b.q6k_scales(g, blk)[kRows + r]);
-      const uint8_t* w = b.block_codes(g, blk) + r * 4;
+      const uint8_t* w = b.codes(g) + blk * b.code_bytes + r * 4;
       for (int c = 0; c < 32; ++c) {
         const Place at = place(c);
         const int q = ((w[at.nibble_word * 64 + at.byte] >> at.nibble_shift) & 0x0f) |

@@ -239,7 +239,7 @@ std::vector<float> dequantized_copy_row(const InterleavedBlocks& b, int64_t j) {
   const int64_t g = j / 16, r = j % 16;
   std::vector<float> row(static_cast<size_t>(b.k));
   for (int64_t blk = 0; blk < b.blocks; ++blk) {
-    const uint8_t* w = b.block_codes(g, blk) + r * 4;
+    const uint8_t* w = b.codes(g) + blk * b.code_bytes + r * 4;
     const uint8_t* sm = b.q4k_scales(g, blk);
     const uint16_t* d = b.q4k_d(g, blk);
     const float scale = f16_to_f32(d[r]) * static_cast<float>(sm[r]);
