@@ -168,8 +168,8 @@ int64_t LoraAdapter::bytes_per_token(int64_t active, int64_t experts) const {
   for (const auto& layer : terms)
     for (const auto& site : layer)
       for (const LoraTerm& t : site) bytes += t.factor_bytes();
-  for (const auto& [at, site] : expert_terms)
-    for (const LoraTerm& t : site) expert_bytes += t.factor_bytes();
+  for (const auto& [at, site] : expert_terms)  // (the router's terms, expert -1, are read whole)
+    for (const LoraTerm& t : site) (at[1] < 0 ? bytes : expert_bytes) += t.factor_bytes();
   return bytes + (experts > 0 ? expert_bytes * active / experts : 0);
 }
 

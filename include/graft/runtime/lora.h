@@ -103,9 +103,9 @@ struct LoraAdapter {
   }
   // The bytes of all its factors (projections, embedding, experts).
   int64_t factor_bytes() const;
-  // The bytes of factors one decode token reads: every projection's terms, and of a sparse layer's
-  // expert terms the share of `active` of `experts` (the chosen experts' terms; the embedding's
-  // terms read one row of B, not counted).
+  // The bytes of factors one decode token reads: every projection's and router's terms, and of a
+  // sparse layer's expert terms the share of `active` of `experts` (the chosen experts' terms; the
+  // embedding's terms read one row of B, not counted).
   int64_t bytes_per_token(int64_t active, int64_t experts) const;
 };
 
