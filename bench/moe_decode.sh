@@ -12,7 +12,8 @@
 #
 #   M=<dir with Q4_K_M.gguf> LLAMA=<llama.cpp build>/bin [LORA=<PEFT dir>] bench/moe_decode.sh [ROUNDS] [FILE]
 #       (defaults: 3 rounds, Q4_K_M)
-# Env: GRAFT (default build/graft), THREADS (default "1 2"), OUT (default /tmp/moe_decode.tsv),
+# Env: GRAFT (default build/graft), GRAFT_B (a second graft binary, e.g. the branch point: its
+# decode rows, base and LoRA, as "graft-b" in the same rounds), THREADS (default "1 2"), OUT (default /tmp/moe_decode.tsv),
 # LOCK (default /tmp/bench.lock; empty: no lock). Writes one line per measurement (round, threads,
 # metric, engine, value) into $OUT, graft's first stderr line and weights-read figure into $OUT.load,
 # and prints a Markdown summary (medians, min–max, ratios) with the load at start and end.
@@ -22,6 +23,7 @@ ONE=""; [ "${1:-}" = --round ] && { ONE=$2; shift 2; }  # one round (what each l
 ROUNDS=${1:-3}
 F=${2:-Q4_K_M}
 G=${GRAFT:-$ROOT/build/graft}
+GB=${GRAFT_B:-}
 OUT=${OUT:-/tmp/moe_decode.tsv}
 THREADS=${THREADS:-"1 2"}
 LOCK=${LOCK-/tmp/bench.lock}
@@ -33,9 +35,10 @@ lb() {  # threads pp tg
     python3 -c 'import json,sys; print(round(json.load(sys.stdin)[0]["avg_ts"], 2))'
 }
 field() { sed -E "s/.*$1: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/"; }
-gen() {  # threads n prompt [options...]: graft's summary line
+gen() {  # [-b] threads n prompt [options...]: graft's (or GRAFT_B's) summary line
+  local g=$G; [ "$1" = -b ] && { g=$GB; shift; }
   local t=$1 n=$2 p=$3; shift 3
-  "$G" generate -m "$MODEL" -p "$p" --temp 0 -n "$n" --ignore-eos -t "$t" "$@" 2>&1 >/dev/null | tail -1
+  "$g" generate -m "$MODEL" -p "$p" --temp 0 -n "$n" --ignore-eos -t "$t" "$@" 2>&1 >/dev/null | tail -1
 }
 rec() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$OUT"; }
 locked() { if [ -n "$LOCK" ]; then flock -x "$LOCK" "$@"; else "$@"; fi; }
@@ -53,6 +56,10 @@ round() {  # r: one round, all thread counts
       if [ -n "$LORA" ]; then
         rec "$r" "$t" tg128 graft+lora "$(gen "$t" 128 "Once upon a time" --lora "$LORA" | field generated)"
       fi
+      if [ -n "$GB" ]; then
+        rec "$r" "$t" tg128 graft-b "$(gen -b "$t" 128 "Once upon a time" | field generated)"
+        [ -n "$LORA" ] && rec "$r" "$t" tg128 graft-b+lora "$(gen -b "$t" 128 "Once upon a time" --lora "$LORA" | field generated)"
+      fi
     }
     if [ $((r % 2)) = 1 ]; then llama_side; graft_side; else graft_side; llama_side; fi
     echo "round $r t$t done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
@@ -67,7 +74,7 @@ if [ -n "$ONE" ]; then round "$ONE"; exit; fi
   [ -n "$LORA" ] && "$G" generate -m "$MODEL" -p hi -n 1 --lora "$LORA" 2>&1 >/dev/null | sed -n '1p;$p'
 } | tee "$OUT.load"
 for r in $(seq "$ROUNDS"); do
-  OUT=$OUT M=$M LLAMA=$LLAMA LORA=$LORA GRAFT=$G THREADS=$THREADS locked "$0" --round "$r" 1 "$F"
+  OUT=$OUT M=$M LLAMA=$LLAMA LORA=$LORA GRAFT=$G GRAFT_B=$GB THREADS=$THREADS locked "$0" --round "$r" 1 "$F"
 done
 echo "end $(date -u +%H:%M) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT.load"
 python3 - "$OUT" <<'PY'
@@ -87,4 +94,8 @@ for (m, t) in sorted({k[:2] for k in v}):
     ratio = f"{g / l:.2f}×" if g and l else "–"
     cost = f"{100 * (g / gl - 1):+.1f} %" if g and gl else "–"  # extra time per token
     print(f"| {m} | {t} | {gs} | {gls} | {ls} | {ratio} | {cost} |")
+    b, bs = cell((m, t, "graft-b")); bl, bls = cell((m, t, "graft-b+lora"))
+    if b:
+        cost = f"{100 * (b / bl - 1):+.1f} %" if bl else "–"
+        print(f"| {m} (GRAFT_B) | {t} | {bs} | {bls} | {ls} | {b / l:.2f}× | {cost} |" if l else f"| {m} (GRAFT_B) | {t} | {bs} | {bls} | – | – | {cost} |")
 PY
