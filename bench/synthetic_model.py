@@ -6,7 +6,7 @@ bytes, not by what the weights say). Not a test fixture; nothing here is committ
     python3 bench/synthetic_model.py OUT_DIR [--hidden 2048 --intermediate 5632 --layers 22
         --heads 32 --kv-heads 4 --rank 16 --lora-dtype f32|bf16 --lora-only] --tokenizer-from HF_DIR
     python3 bench/synthetic_model.py OUT_DIR --family qwen3_moe [--layers 8 --experts 128 --top-k 8
-        --moe-intermediate 768 --head-dim 128 ...] --tokenizer-from HF_DIR
+        --moe-intermediate 768 --head-dim 128 --vocab 151936 ...] --tokenizer-from HF_DIR
 
 --family qwen3_moe writes Qwen3MoeForCausalLM (Qwen3-30B-A3B's shapes by default but for the layer
 count: q/k norms, untied lm_head, every layer sparse, norm_topk_prob true) with each expert as its
@@ -15,7 +15,8 @@ at a time (one layer is 1.2 GB of BF16: the whole model never sits in memory), a
 per-expert pairs on every expert's gate/up/down plus q/k/v/o (what graft runs unfused per expert).
 
 Writes OUT_DIR/base (config.json, model.safetensors in BF16, the tokenizer files copied from
-HF_DIR, whose vocabulary sets vocab_size) and OUT_DIR/lora (lora_r<R>_<dtype> unless rank 16 F32:
+HF_DIR, whose vocabulary sets vocab_size unless --vocab gives more rows) and OUT_DIR/lora (lora_r<R>_<dtype>; the
+llama family writes OUT_DIR/lora for rank 16 F32:
 adapter_config.json and
 adapter_model.safetensors: F32 or BF16 factors of the given rank on q, k, v, o, gate, up and down of every
 layer, B non-zero). Defaults: TinyLlama-1.1B's shapes. Needs numpy and safetensors.
@@ -138,10 +139,17 @@ def main():
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--moe-intermediate", type=int, default=768)
     ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=0,
+                    help="embedding and lm_head rows (0: the tokenizer's); more than the tokenizer has gives a "
+                         "real model's head on a small tokenizer, e.g. 151936 for Qwen3 (the converter pads the "
+                         "token list with unused [PAD<i>] tokens)")
     a = ap.parse_args()
     rng, lrng = np.random.default_rng(0), np.random.default_rng(1)
     tok = json.load(open(os.path.join(a.tokenizer_from, "tokenizer.json")))
     vocab = max(list(tok["model"]["vocab"].values()) + [t["id"] for t in tok.get("added_tokens", [])]) + 1
+    if a.vocab:
+        assert a.vocab >= vocab, f"--vocab {a.vocab} is below the tokenizer's {vocab} ids"
+        vocab = a.vocab
     head_dim = a.hidden // a.heads
     base = os.path.join(a.out, "base")
     os.makedirs(base, exist_ok=True)

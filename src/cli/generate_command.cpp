@@ -90,11 +90,19 @@ int run_generate(const GenerateArgs& a) {
   // mixture-of-experts layer the router and num_experts_per_tok experts, not all of them.
   int64_t step_bytes = m.weights.lm_head.nbytes();
   for (const auto& L : m.weights.layers) step_bytes += L.bytes_per_token(m.config.num_experts_per_tok);
+  // Unfused adapters in use add their factors (of the expert terms, the chosen experts' share).
+  int64_t adapter_bytes = 0;
+  const runtime::LoraSet& set = e.adapters().set();
+  for (size_t i = 0; i < set.size() && i < g.lora_scales.size(); ++i)
+    if (g.lora_scales[i] != 0.0f)
+      adapter_bytes += set.adapters[i]->bytes_per_token(m.config.num_experts_per_tok, m.config.num_experts);
   std::fprintf(stderr,
                "prompt: %lld tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s | stop: %s | threads: %d | "
-               "weights read per token: %.1f MB\n",
+               "weights read per token: %.1f MB",
                static_cast<long long>(r.prompt_tokens), pp, r.tokens.size(), tg, engine::stop_reason_name(r.reason),
                e.pool().size(), step_bytes / 1e6);
+  if (adapter_bytes) std::fprintf(stderr, " + %.1f MB of unfused adapter factors", adapter_bytes / 1e6);
+  std::fprintf(stderr, "\n");
   return 0;
 }
 

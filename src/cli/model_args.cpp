@@ -126,9 +126,7 @@ void report_adapters(engine::Engine& e, const engine::EngineOptions& o) {
     int64_t terms = 0, bytes = 0;
     for (const auto& ad : set.adapters) {
       terms += ad->term_count;
-      for (const auto& layer : ad->terms)
-        for (const auto& site : layer)
-          for (const runtime::LoraTerm& t : site) bytes += t.factor_bytes();
+      bytes += ad->factor_bytes();
     }
     std::fprintf(stderr, "unfused: %zu adapter(s), %lld term(s), factors %s (%.1f MB)\n", set.size(),
                  static_cast<long long>(terms), runtime::lora_dtype_name(o.lora_dtype).c_str(), bytes / 1e6);

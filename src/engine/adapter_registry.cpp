@@ -48,6 +48,8 @@ void measure(const runtime::LoraAdapter& a, AdapterInfo& info) {
     for (const auto& site : layer)
       for (const auto& t : site) add(t);
   for (const auto& t : a.embed) add(t);
+  for (const auto& [at, site] : a.expert_terms)
+    for (const auto& t : site) add(t);
   info.bytes = bytes;
   info.rank = rank;
 }

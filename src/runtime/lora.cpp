@@ -157,6 +157,22 @@ int64_t LoraTerm::factor_bytes() const {
   return a.nbytes() + (up_q8 ? up_q8->bytes() : bt.nbytes());
 }
 
+int64_t LoraAdapter::factor_bytes() const {
+  int64_t bytes = bytes_per_token(1, 1);
+  for (const LoraTerm& t : embed) bytes += t.factor_bytes();
+  return bytes;
+}
+
+int64_t LoraAdapter::bytes_per_token(int64_t active, int64_t experts) const {
+  int64_t bytes = 0, expert_bytes = 0;
+  for (const auto& layer : terms)
+    for (const auto& site : layer)
+      for (const LoraTerm& t : site) bytes += t.factor_bytes();
+  for (const auto& [at, site] : expert_terms)  // (the router's terms, expert -1, are read whole)
+    for (const LoraTerm& t : site) (at[1] < 0 ? bytes : expert_bytes) += t.factor_bytes();
+  return bytes + (experts > 0 ? expert_bytes * active / experts : 0);
+}
+
 LoraDType parse_lora_dtype(std::string_view name, std::string_view option) {
   const std::string s = ascii_lower(name);
   if (s == "auto") return std::nullopt;

@@ -1,12 +1,87 @@
 // The mixture-of-experts MLP of a sparse layer (Transformer::experts_mlp): routing, each chosen
 // expert once over the rows that chose it, and the adapter terms on the experts.
 #include <algorithm>
+#include <memory>
+#include <span>
 
 #include "graft/compute/ops.h"
 #include "graft/runtime/kernels.h"
 #include "graft/runtime/transformer.h"
 
 namespace graft::runtime {
+
+namespace {
+
+// Projections of experts that share one input x [n, in] (the rows of xn they stand for).
+struct ExpertProjection {
+  int64_t expert;
+  int part;  // 0 gate, 1 up, 2 down
+  const model::Matrix* w;
+  float* y;  // [n, w->rows]
+};
+
+// Runs `ps` on x as one matmul_many with the adapters' terms inside it, as project_many does: the
+// down passes x·Aᵀ as its first targets (the same dispatch and activation quantization), the
+// up-projections as each projection's column epilogue (spread over the pool). The same arithmetic
+// as matmul_many and then add_terms, term by term in the same order, so the same bits. Only when
+// every adapter with terms on `ps` is used by all n rows or by none, and no term is LoKr; otherwise
+// returns false before anything has run. (Groups: Transformer's RowGroups, private to it.)
+template <class Groups>
+bool run_inline(ThreadPool& pool, const Groups& groups, const std::vector<std::vector<float>>& scale_of,
+                int64_t layer, const float* x, int64_t n, const std::vector<int64_t>& rows,
+                std::span<const ExpertProjection> ps) {
+  struct On {
+    const LoraTerm* term;
+    size_t adapter;
+    std::vector<float> low;  // [n, low_width()]
+  };
+  std::vector<std::vector<On>> on(ps.size());
+  std::vector<std::vector<float>> scales(groups.size());  // each used adapter's scale by row
+  std::vector<std::vector<TermDown>> downs(groups.size());
+  for (size_t a = 0; a < groups.size(); ++a) {
+    if (scale_of[a].empty()) continue;
+    int64_t used = 0;
+    for (int64_t r : rows) used += scale_of[a][static_cast<size_t>(r)] != 0.0f;
+    if (used == 0) continue;
+    for (size_t i = 0; i < ps.size(); ++i)
+      if (const std::vector<LoraTerm>* terms = groups.adapter(a).expert_at(layer, ps[i].expert, ps[i].part))
+        for (const LoraTerm& t : *terms) {
+          if (t.kron || used != n) return false;
+          on[i].push_back({&t, a, std::vector<float>(static_cast<size_t>(n * t.low_width()), 0.0f)});
+        }
+    for (int64_t r : rows) scales[a].push_back(scale_of[a][static_cast<size_t>(r)]);
+  }
+  for (size_t i = 0; i < ps.size(); ++i)
+    for (On& o : on[i]) downs[o.adapter].push_back({o.term, ps[i].w, o.low.data()});
+  std::vector<std::unique_ptr<TermsDown>> parts;  // one per adapter: its scales (DoRA's factors)
+  std::vector<MatmulTarget> first;
+  for (size_t a = 0; a < groups.size(); ++a) {
+    if (downs[a].empty()) continue;
+    parts.push_back(std::make_unique<TermsDown>(pool, downs[a], n, scales[a]));
+    first.insert(first.end(), parts.back()->targets().begin(), parts.back()->targets().end());
+  }
+  std::vector<ColumnEpilogue> epilogues(ps.size());
+  std::vector<MatmulTarget> mm;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const int64_t out = ps[i].w->rows;
+    float* y = ps[i].y;
+    epilogues[i] = [&, i, out, y](int64_t j0, int64_t j1) {
+      for (const On& o : on[i]) {
+        const int64_t width = o.term->low_width();
+        for (int64_t r = 0; r < n; ++r)
+          lora_term_up(*o.term, &o.low[static_cast<size_t>(r * width)], scales[o.adapter][static_cast<size_t>(r)], j0,
+                       j1, y + r * out);
+      }
+    };
+    mm.push_back({ps[i].w, y, on[i].empty() ? nullptr : &epilogues[i]});
+  }
+  matmul_many(pool, x, n, mm, first, [&] {
+    for (const auto& p : parts) p->finish();
+  });
+  return true;
+}
+
+}  // namespace
 
 // Routing as transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock: softmax over all
 // experts in F32, the top num_experts_per_tok probabilities (ties to the lower index), divided by
@@ -76,28 +151,60 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
   }
   std::fill(y, y + m * H, 0.0f);
   const GluFn glu_fn = glu();
+  // One decode row: every chosen expert's gate and up read the same x, so they run in one
+  // dispatch (one activation quantization), 2·K projections at once; more rows: expert by expert
+  // on the rows that chose it.
+  std::vector<int64_t> chosen;
+  for (int64_t e = 0; e < E; ++e)
+    if (!rows_of[static_cast<size_t>(e)].empty()) chosen.push_back(e);
+  const bool together = m == 1;
   std::vector<float> xs, gate, up, down;
-  for (int64_t e = 0; e < E; ++e) {
+  auto gate_up = [&](std::span<const int64_t> experts, const float* in, int64_t n, const std::vector<int64_t>& rows) {
+    std::vector<ExpertProjection> ps;
+    for (size_t i = 0; i < experts.size(); ++i) {
+      const model::ExpertWeights& X = L.experts[static_cast<size_t>(experts[i])];
+      ps.push_back({experts[i], 0, &X.gate, gate.data() + i * n * F});
+      ps.push_back({experts[i], 1, &X.up, up.data() + i * n * F});
+    }
+    if (run_inline(pool, groups, scale_of, layer, in, n, rows, ps)) return;
+    std::vector<MatmulTarget> mm;
+    for (const ExpertProjection& p : ps) mm.push_back({p.w, p.y});
+    matmul_many(pool, in, n, mm);
+    for (const ExpertProjection& p : ps) add_terms(p.expert, p.part, rows, in, H, *p.w, p.y);
+  };
+  if (together) {
+    gate.resize(static_cast<size_t>(chosen.size() * F));
+    up.resize(static_cast<size_t>(chosen.size() * F));
+    gate_up(chosen, xn, 1, rows_of[static_cast<size_t>(chosen[0])]);
+  }
+  for (size_t c = 0; c < chosen.size(); ++c) {
+    const int64_t e = chosen[c];
     const auto& rows = rows_of[static_cast<size_t>(e)];
-    if (rows.empty()) continue;
     const int64_t n = static_cast<int64_t>(rows.size());
     const model::ExpertWeights& X = L.experts[static_cast<size_t>(e)];
-    const float* in = xn;
-    if (n != m) {  // gather the rows that chose this expert
-      xs.resize(static_cast<size_t>(n * H));
-      for (int64_t i = 0; i < n; ++i) std::copy(xn + rows[i] * H, xn + (rows[i] + 1) * H, &xs[i * H]);
-      in = xs.data();
+    float* g = gate.data();
+    if (together) {
+      g += c * F;
+      glu_fn(g, up.data() + c * F, F, g);
+    } else {
+      const float* in = xn;
+      if (n != m) {  // gather the rows that chose this expert
+        xs.resize(static_cast<size_t>(n * H));
+        for (int64_t i = 0; i < n; ++i) std::copy(xn + rows[i] * H, xn + (rows[i] + 1) * H, &xs[i * H]);
+        in = xs.data();
+      }
+      gate.resize(static_cast<size_t>(n * F));
+      up.resize(static_cast<size_t>(n * F));
+      gate_up(std::span<const int64_t>(&e, 1), in, n, rows);
+      g = gate.data();
+      for (int64_t i = 0; i < n; ++i) glu_fn(&g[i * F], &up[i * F], F, &g[i * F]);
     }
-    gate.resize(static_cast<size_t>(n * F));
-    up.resize(static_cast<size_t>(n * F));
     down.resize(static_cast<size_t>(n * H));
-    const MatmulTarget gu[] = {{&X.gate, gate.data()}, {&X.up, up.data()}};
-    matmul_many(pool, in, n, gu);
-    add_terms(e, 0, rows, in, H, X.gate, gate.data());
-    add_terms(e, 1, rows, in, H, X.up, up.data());
-    for (int64_t i = 0; i < n; ++i) glu_fn(&gate[i * F], &up[i * F], F, &gate[i * F]);
-    matmul(pool, gate.data(), n, X.down, down.data());
-    add_terms(e, 2, rows, gate.data(), F, X.down, down.data());
+    const ExpertProjection d[] = {{e, 2, &X.down, down.data()}};
+    if (!run_inline(pool, groups, scale_of, layer, g, n, rows, d)) {
+      matmul(pool, g, n, X.down, down.data());
+      add_terms(e, 2, rows, g, F, X.down, down.data());
+    }
     const auto& w = weight_of[static_cast<size_t>(e)];
     for (int64_t i = 0; i < n; ++i) {
       float* out = y + rows[i] * H;

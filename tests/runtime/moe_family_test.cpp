@@ -276,6 +276,17 @@ TEST(MoeFamily, ExpertLoraMatchesPeftAndMlxLm) {
     for (size_t i = 0; i < base_b.size(); ++i) db = std::max(db, std::abs(mixed[na + i] - base_b[i]));
     EXPECT_LE(da, 1e-5f);
     EXPECT_LE(db, 1e-5f);
+    // Token by token (a decode step: every chosen expert's gate and up in one dispatch, the terms
+    // inside it) what the prompt pass gives.
+    KVCache cd(base.config, 64, test::kReferenceCache);
+    const int64_t V = base.config.vocab_size;
+    float dd = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      SequenceInput in{&cd, std::span(&a[i], 1), true, on};
+      const auto row = t.forward(pool, std::span(&in, 1));
+      for (int64_t v = 0; v < V; ++v) dd = std::max(dd, std::abs(row[v] - alone[1][i * V + v]));
+    }
+    EXPECT_LE(dd, 1e-5f);
   }
 }
 

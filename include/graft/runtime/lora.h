@@ -101,6 +101,12 @@ struct LoraAdapter {
     auto it = expert_terms.find({layer, expert, part});
     return it == expert_terms.end() ? nullptr : &it->second;
   }
+  // The bytes of all its factors (projections, embedding, experts).
+  int64_t factor_bytes() const;
+  // The bytes of factors one decode token reads: every projection's and router's terms, and of a
+  // sparse layer's expert terms the share of `active` of `experts` (the chosen experts' terms; the
+  // embedding's terms read one row of B, not counted).
+  int64_t bytes_per_token(int64_t active, int64_t experts) const;
 };
 
 // The adapters a Transformer can apply; a sequence chooses a scale for each (by index).
