@@ -99,7 +99,10 @@ struct PeftConfig {
   PatternTable rank_pattern, alpha_pattern;
   std::vector<std::string> modules_to_save;
   std::vector<std::string> target_parameters;
-  Json target_modules;
+  // target_modules as PEFT matches it: a list of names (equal to a module or to a dotted suffix of
+  // it), or one regular expression (re.fullmatch; "all-linear" names every Linear).
+  std::vector<std::string> target_module_list;
+  std::optional<std::string> target_module_regex;
 };
 
 std::vector<std::string> string_list(const Json& v, const std::string& path, const char* field) {
@@ -181,8 +184,10 @@ PeftConfig read_config(const std::string& path, const Json& cfg, std::map<std::s
   if (cfg.contains("target_parameters") && !c.lokr && !c.loha)
     c.target_parameters = string_list(cfg["target_parameters"], path, "target_parameters");
   if (cfg.contains("target_modules")) {
-    c.target_modules = cfg["target_modules"];
-    if (c.target_modules.is_array()) string_list(c.target_modules, path, "target_modules");  // names checked
+    if (cfg["target_modules"].is_string())
+      c.target_module_regex = cfg["target_modules"].get<std::string>();
+    else if (cfg["target_modules"].is_array())
+      c.target_module_list = string_list(cfg["target_modules"], path, "target_modules");
   }
   if (c.dora && !c.target_parameters.empty())
     fail("'", path, "': fields 'use_dora' and 'target_parameters' are both set: PEFT's ParamWrapper (LoRA on raw "
@@ -346,15 +351,13 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
   }
 
   if (!c.target_parameters.empty()) {
-    const Json tm = c.target_modules;
-    auto named = [tm, config_path](const std::string& name) -> std::optional<bool> {
-      if (tm.is_string()) {
-        if (tm.get<std::string>() == "all-linear") return std::nullopt;
-        return regex_full_match(tm.get<std::string>(), name, config_path, "target_modules");
+    auto named = [&c, &config_path](const std::string& name) -> std::optional<bool> {
+      if (c.target_module_regex) {
+        if (*c.target_module_regex == "all-linear") return std::nullopt;
+        return regex_full_match(*c.target_module_regex, name, config_path, "target_modules");
       }
-      if (!tm.is_array()) return false;
-      for (const auto& t : tm)
-        if (name == t.get<std::string>() || ends_with(name, "." + t.get<std::string>())) return true;
+      for (const auto& t : c.target_module_list)
+        if (name == t || ends_with(name, "." + t)) return true;
       return false;
     };
     PeftParamConfig pc{c.target_parameters, named, c.r, c.alpha, c.rslora, &c.rank_pattern, &c.alpha_pattern};

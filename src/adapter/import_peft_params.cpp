@@ -83,14 +83,12 @@ bool is_wrapper(const std::string& root, int depth, const PeftModuleKeys& keys, 
 struct Level {
   std::string module;  // as in the file
   std::string a_key, b_key;
-  std::vector<std::string> keys;
   Tensor a, b;  // F32, [X, in] and [out, X]
 };
 
 struct ParamRule {
   int64_t r = 0;
   double scale = 0;
-  bool rank_from_pattern = false;
 };
 
 Tensor f32_of(const Tensor& t) { return convert_tensor(t, DType::F32); }
@@ -157,7 +155,6 @@ void take_parameter_targets(const io::SafetensorsFile& f, const std::string& fil
       l.module = it->second;
       l.a_key = mk.a;
       l.b_key = mk.b;
-      l.keys = mk.all;
       const Tensor a = read_checked(f, mk.a), b = read_checked(f, mk.b);
       if (a.shape.size() != 2 || b.shape.size() != 2 || a.shape[0] == 0 || a.shape[1] == 0 || b.shape[0] == 0 ||
           a.shape[0] != b.shape[1])
@@ -179,7 +176,6 @@ void take_parameter_targets(const io::SafetensorsFile& f, const std::string& fil
       auto a_pat = pc.alpha_pattern->resolve(name + "." + p);
       rule.r = r_pat ? json_positive_int(Json(*r_pat), config_path, "rank_pattern (parameter " + name + "." + p + ")")
                      : pc.r;
-      rule.rank_from_pattern = r_pat.has_value();
       const double alpha = a_pat ? *a_pat : pc.alpha;
       rule.scale = pc.rslora ? alpha / std::sqrt(static_cast<double>(rule.r)) : alpha / static_cast<double>(rule.r);
     }
