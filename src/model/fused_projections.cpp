@@ -4,89 +4,36 @@
 #include <map>
 
 #include "graft/core/error.h"
+#include "graft/io/sliced_source.h"
 #include "graft/model/family.h"
 
 namespace graft::model {
 
 namespace {
 
-// Rows [row, row + rows) of a 2-D tensor: a view sharing the storage (rows are contiguous bytes).
-Tensor row_range(const Tensor& t, int64_t row, int64_t rows) {
-  Tensor out = t;
-  const int64_t row_bytes = t.nbytes() / t.shape[0];
-  out.data = static_cast<const uint8_t*>(t.data) + row * row_bytes;
-  out.shape = {rows, t.shape[1]};
-  return out;
-}
-
-struct Part {
-  std::string fused;  // the stored tensor
-  int64_t row = 0, rows = 0;
-};
-
-class SplitSource : public io::TensorSource {
- public:
-  SplitSource(std::shared_ptr<io::TensorSource> base, const ModelConfig& c) : base_(std::move(base)) {
-    for (int64_t i = 0; i < c.num_layers; ++i)
-      for (const auto& spec : fused_projection_specs()) {
-        const std::string fused = hf_fused_tensor_name(i, spec);
-        auto info = base_->info(fused);
-        if (!info) continue;  // weight validation reports the missing parts by their names
-        int64_t rows = 0;
-        for (LayerTensor r : spec.parts) rows += layer_tensor_shape(c, r)[0];
-        if (info->shape.size() != 2 || info->shape[0] != rows || info->shape[1] != c.hidden_size)
-          fail(base_->describe(), ": tensor '", fused, "' has shape ", shape_str(info->shape), ", expected [", rows,
-               ", ", c.hidden_size, "] (", c.model_type, " stores ", spec.parts.size(),
-               " projections fused in it; sizes from config.json)");
-        int64_t row = 0;
-        for (LayerTensor r : spec.parts) {
-          const int64_t n = layer_tensor_shape(c, r)[0];
-          parts_[hf_layer_tensor_name(c, i, r)] = Part{fused, row, n};
-          row += n;
-        }
-        hidden_.insert({fused, true});
+// Each part of every fused tensor of `base` as a row range of it.
+std::map<std::string, io::TensorSlice> split_parts(const io::TensorSource& base, const ModelConfig& c) {
+  std::map<std::string, io::TensorSlice> parts;
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    for (const auto& spec : fused_projection_specs()) {
+      const std::string fused = hf_fused_tensor_name(i, spec);
+      auto info = base.info(fused);
+      if (!info) continue;  // weight validation reports the missing parts by their names
+      int64_t rows = 0;
+      for (LayerTensor r : spec.parts) rows += layer_tensor_shape(c, r)[0];
+      if (info->shape.size() != 2 || info->shape[0] != rows || info->shape[1] != c.hidden_size)
+        fail(base.describe(), ": tensor '", fused, "' has shape ", shape_str(info->shape), ", expected [", rows, ", ",
+             c.hidden_size, "] (", c.model_type, " stores ", spec.parts.size(),
+             " projections fused in it; sizes from config.json)");
+      int64_t row = 0;
+      for (LayerTensor r : spec.parts) {
+        const int64_t n = layer_tensor_shape(c, r)[0];
+        parts[hf_layer_tensor_name(c, i, r)] = io::TensorSlice::rows(fused, row, n);
+        row += n;
       }
-  }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (auto& n : base_->names())
-      if (!hidden_.count(n)) out.push_back(n);
-    for (const auto& [n, p] : parts_) out.push_back(n);
-    return out;
-  }
-  std::optional<io::TensorInfo> info(const std::string& name) const override {
-    if (auto it = parts_.find(name); it != parts_.end()) {
-      auto fi = base_->info(it->second.fused);
-      return io::TensorInfo{fi->dtype, {it->second.rows, fi->shape[1]}};
     }
-    if (hidden_.count(name)) return std::nullopt;
-    return base_->info(name);
-  }
-  Tensor read(const std::string& name) const override {
-    if (auto it = parts_.find(name); it != parts_.end())
-      return row_range(base_->read(it->second.fused), it->second.row, it->second.rows);
-    if (hidden_.count(name)) fail(base_->describe(), ": no tensor '", name, "' (read through its split parts)");
-    return base_->read(name);
-  }
-  std::string describe() const override { return base_->describe(); }
-  // The fused tensor's pages back every part: dropped once the last part is released.
-  void release(const std::string& name) const override {
-    auto it = parts_.find(name);
-    if (it == parts_.end()) return base_->release(name);
-    if (++released_[it->second.fused] == parts_of(it->second.fused)) base_->release(it->second.fused);
-  }
-
- private:
-  size_t parts_of(const std::string& fused) const {
-    size_t n = 0;
-    for (const auto& [name, p] : parts_) n += p.fused == fused;
-    return n;
-  }
-  std::shared_ptr<io::TensorSource> base_;
-  std::map<std::string, Part> parts_;
-  std::map<std::string, bool> hidden_;
-  mutable std::map<std::string, size_t> released_;
-};
+  return parts;
+}
 
 class JoinSource : public io::TensorSource {
  public:
@@ -155,7 +102,8 @@ class JoinSource : public io::TensorSource {
 std::shared_ptr<io::TensorSource> split_fused_projections(std::shared_ptr<io::TensorSource> source,
                                                           const ModelConfig& config) {
   if (!config.fused_projections) return source;
-  return std::make_shared<SplitSource>(std::move(source), config);
+  auto parts = split_parts(*source, config);
+  return io::make_sliced_source(std::move(source), std::move(parts), "read through its split parts");
 }
 
 std::shared_ptr<const io::TensorSource> join_fused_projections(std::shared_ptr<const io::TensorSource> source,

@@ -4,7 +4,8 @@
 // (engine_adapters/phi3_f32/peft_lora) and, for the GGUF file converted by llama.cpp's
 // convert_hf_to_gguf.py, transformers' logits under llama.cpp's phi3 rules (no sliding window;
 // tools/gen_family_gguf_fixtures.py). Tolerance 1e-4 on logits: F32 on both sides, only the
-// summation order differs (as tests/engine/reference_models_test.cpp says).
+// summation order differs (as tests/engine/reference_models_test.cpp says). mlx-lm's own LoRA on
+// the fused modules is checked by engine_adapters_test.cpp (MlxLoraReference/phi3_f32).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,7 +24,6 @@
 #include "graft/model/gguf_adapters.h"
 #include "graft/model/loader.h"
 #include "graft/model/model_adapters.h"
-#include "../map_source.h"
 #include "run_util.h"
 #include "test_paths.h"
 
@@ -219,52 +219,6 @@ TEST(Phi3Family, FusedCheckpointIsWrittenInThePhi3LayoutAndMatchesPeft) {
     const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
     EXPECT_LE(max_abs_diff(prompt_logits(fused, nullptr, {}, ids), want->tensor("logits_" + std::to_string(p))), kTol)
         << "prompt " << p;
-  }
-}
-
-Tensor transposed_f32(const Tensor& t) {
-  Tensor f = to_f32(t);
-  Tensor out = Tensor::zeros_f32({t.shape[1], t.shape[0]});
-  for (int64_t i = 0; i < t.shape[0]; ++i)
-    for (int64_t j = 0; j < t.shape[1]; ++j) out.mutable_as<float>()[j * t.shape[0] + i] = f.as<float>()[i * t.shape[1] + j];
-  return out;
-}
-
-// An mlx-lm LoRA on Phi-3 names the fused modules as mlx-lm's phi3.py does (self_attn.qkv_proj,
-// mlp.gate_up_proj; lora_a [in, r], lora_b [r, out], scale in lora_parameters). The factors are the
-// PEFT fixture's, laid out the mlx-lm way (mlx itself is not part of the fixture tooling here), so
-// PEFT's logits are the reference on both paths.
-TEST(Phi3Family, MlxLoraOnTheFusedModulesMatchesPeft) {
-  auto peft = io::SafetensorsFile::open(peft_dir() + "/adapter_model.safetensors");
-  test::MapSource mlx;
-  const std::string pre = "base_model.model.", a_suffix = ".lora_A.weight";
-  for (const auto& e : peft->entries()) {
-    if (e.name.size() < a_suffix.size() || e.name.compare(e.name.size() - a_suffix.size(), a_suffix.size(), a_suffix) != 0)
-      continue;
-    const std::string module = e.name.substr(pre.size(), e.name.size() - pre.size() - a_suffix.size());
-    mlx.t[module + ".lora_a"] = transposed_f32(peft->tensor(e.name));
-    mlx.t[module + ".lora_b"] = transposed_f32(peft->tensor(pre + module + ".lora_B.weight"));
-  }
-  ASSERT_EQ(mlx.t.size(), 2u * 12u);
-  TempDir d("mlx");
-  io::write_checkpoint(mlx, d.path.string());
-  fs::rename(d.path / "model.safetensors", d.path / "adapters.safetensors");
-  std::ofstream(d.path / "adapter_config.json")
-      << R"({"fine_tune_type": "lora", "num_layers": 3, "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
-            "keys": ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"]}})";
-  model::LoadedModel base = model::load_model(model_dir());
-  const std::vector<adapter::AdapterUse> uses = {{test::read_adapter(d.path.string()), 1.0f}};
-  auto set = make_lora_set(base.config, *base.source, uses);
-  model::LoadOptions o;
-  o.fused_adapters = uses;
-  model::LoadedModel fused = model::load_model(model_dir(), o);
-  const json ref = test::read_json(peft_dir() + "/reference.json");
-  auto want = io::SafetensorsFile::open(peft_dir() + "/reference.safetensors");
-  for (size_t p = 0; p < ref["prompts"].size(); ++p) {
-    const auto ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
-    const Tensor w = want->tensor("logits_" + std::to_string(p));
-    EXPECT_LE(max_abs_diff(prompt_logits(base, set, {1.0f}, ids), w), kTol) << "unfused, prompt " << p;
-    EXPECT_LE(max_abs_diff(prompt_logits(fused, nullptr, {}, ids), w), kTol) << "fused, prompt " << p;
   }
 }
 

@@ -1,7 +1,8 @@
 // Fused projections (Phi-3's qkv_proj and gate_up_proj) as table data on the way in and out: a
 // source that shows a fused checkpoint under Llama's per-projection names (each part a zero-copy
-// row range of the stored tensor, any dtype, GGUF blocks included: every row is whole blocks), and
-// one that joins the parts again for writing a checkpoint in the family's own layout (`graft fuse`).
+// row range of the stored tensor through io/sliced_source.h, any dtype, GGUF blocks included:
+// every row is whole blocks), and one that joins the parts again for writing a checkpoint in the
+// family's own layout (`graft fuse`).
 // The forward pass, adapter bindings and quantization code then never see the fusion.
 #pragma once
 #include <memory>

@@ -2,8 +2,9 @@
 // model's experts as one [E, out, in] tensor per SwiGLU projection (<switch>.gate_proj.weight,
 // and for an affine-quantized model also .scales / .biases, [E, out, groups]); this source shows
 // expert e of each as the Hub's per-expert name (model/family.h's hf_expert_tensor_name, with the
-// same .scales / .biases suffixes), a zero-copy slice of the stored tensor, and hides the stacked
-// tensors. Quantization, weight loading and adapter bindings then never see the stacking.
+// same .scales / .biases suffixes), a zero-copy slice of the stored tensor (io/sliced_source.h),
+// and hides the stacked tensors. Quantization, weight loading and adapter bindings then never see
+// the stacking.
 #pragma once
 #include <memory>
 
