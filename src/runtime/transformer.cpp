@@ -8,6 +8,7 @@
 #include "graft/core/error.h"
 #include "graft/runtime/kernels.h"
 #include "graft/compute/ops.h"
+#include "runtime/adapted_matmul.h"
 
 namespace graft::runtime {
 
@@ -77,15 +78,10 @@ void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const f
 void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const Projection> ps, const float* x,
                                int64_t m, std::span<float* const> ys, const RowGroups& groups) {
   const model::LayerWeights* L = layer >= 0 ? &weights_.layers[layer] : nullptr;
-  struct Target {
-    const model::Matrix* w = nullptr;
-    const Tensor* bias = nullptr;
-    bool has_bias = false, any_dora = false;
-    size_t first = 0, last = 0;  // its terms in `active`
-  };
-  std::vector<Target> targets(ps.size());
+  std::vector<AdaptedTarget> targets(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {
-    Target& t = targets[i];
+    AdaptedTarget& t = targets[i];
+    t.y = ys[i];
     switch (ps[i]) {
       case Projection::Q: t.w = &L->q; t.bias = &L->q_bias; break;
       case Projection::K: t.w = &L->k; t.bias = &L->k_bias; break;
@@ -96,7 +92,6 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
       case Projection::Down: t.w = &L->down; break;
       case Projection::LmHead: t.w = &weights_.lm_head; break;
     }
-    t.has_bias = t.bias && t.bias->data;
   }
   const int64_t in = targets[0].w->cols;
 
@@ -109,10 +104,11 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
     const model::Matrix* w;  // its projection's base weight (DoRA reads it on first use)
   };
   std::vector<Active> active;
+  std::vector<size_t> first_of(ps.size() + 1);  // target i's terms: active[first_of[i], first_of[i + 1])
   const int64_t site = layer < 0 ? config_.num_layers : layer;
   std::vector<std::vector<float>> gathered(groups.size());
   for (size_t i = 0; i < ps.size(); ++i) {
-    targets[i].first = active.size();
+    first_of[i] = active.size();
     for (size_t a = 0; a < groups.size(); ++a) {
       const AdapterRows& ar = groups[a];
       const auto& terms = groups.adapter(a).at(site, ps[i]);
@@ -126,13 +122,11 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
         }
         xs = gathered[a].data();
       }
-      for (const LoraTerm& t : terms) {
+      for (const LoraTerm& t : terms)
         active.push_back({&t, &ar, std::vector<float>(static_cast<size_t>(n * t.low_width())), xs, targets[i].w});
-        targets[i].any_dora = targets[i].any_dora || t.dora;
-      }
     }
-    targets[i].last = active.size();
   }
+  first_of[ps.size()] = active.size();
   auto down_for = [&](int64_t i) {
     Active& act = active[static_cast<size_t>(i)];
     lora_term_down(pool, *act.term, act.xs, static_cast<int64_t>(act.rows->rows.size()), in, *act.w, act.low.data(),
@@ -142,13 +136,13 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
   for (const Active& act : active) same_rows = same_rows && act.rows == active[0].rows && !act.term->kron;
   // On all rows of x (one sequence, or a batch with one adapter), the down passes run inside the
   // projection's own matmul_many as its first targets: no dispatch of their own, x quantized once.
-  std::optional<TermsDown> inline_down;
+  std::vector<RowDowns> inline_downs;
   if (same_rows && !active.empty()) {
     std::vector<TermDown> downs;
     for (Active& act : active) downs.push_back({act.term, act.w, act.low.data()});
     const int64_t n = static_cast<int64_t>(active[0].rows->rows.size());
     if (n == m)
-      inline_down.emplace(pool, downs, m, active[0].rows->scales);
+      inline_downs.push_back({std::move(downs), &active[0].rows->scales});
     else
       lora_terms_down(pool, downs, active[0].xs, n, active[0].rows->scales);
   } else if (active.size() == 1) {
@@ -162,37 +156,13 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
       for (int64_t i = b; i < e; ++i) down_for(i);
     });
   }
-
-  // A DoRA term rescales what comes before it but never the bias (PEFT and mlx-lm add the bias
-  // after the rescale), so with DoRA active the bias comes last.
-  std::vector<ColumnEpilogue> epilogues(ps.size());
-  std::vector<MatmulTarget> mm(ps.size());
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const Target& t = targets[i];
-    float* y = ys[i];
-    const int64_t out = t.w->rows;
-    epilogues[i] = [&, y, out, i](int64_t j0, int64_t j1) {
-      const Target& t = targets[i];
-      auto add_bias = [&] {
-        const float* b = t.bias->as<float>();
-        for (int64_t r = 0; r < m; ++r)
-          for (int64_t j = j0; j < j1; ++j) y[r * out + j] += b[j];
-      };
-      if (t.has_bias && !t.any_dora) add_bias();
-      for (size_t a = t.first; a < t.last; ++a) {
-        const Active& act = active[a];
-        const int64_t width = act.term->low_width();
-        for (size_t r = 0; r < act.rows->rows.size(); ++r)
-          lora_term_up(*act.term, &act.low[r * width], act.rows->scales[r], j0, j1, y + act.rows->rows[r] * out);
-      }
-      if (t.has_bias && t.any_dora) add_bias();
-    };
-    mm[i] = {t.w, y, (t.has_bias || t.first < t.last) ? &epilogues[i] : nullptr};
-  }
-  if (inline_down)
-    matmul_many(pool, x, m, mm, inline_down->targets(), [&] { inline_down->finish(); });
-  else
-    matmul_many(pool, x, m, mm);
+  for (size_t i = 0; i < ps.size(); ++i)
+    for (size_t a = first_of[i]; a < first_of[i + 1]; ++a) {
+      const Active& act = active[a];
+      targets[i].ups.push_back({act.term, act.low.data(), static_cast<int64_t>(act.rows->rows.size()),
+                                act.rows->scales.data(), act.rows->rows.data()});
+    }
+  matmul_adapted(pool, x, m, targets, inline_downs);
 }
 
 // Input rows: the embedding row of each token (dequantized when the embedding is quantized) plus
@@ -345,6 +315,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     add(x.data(), out, T * H);
   };
   const GluFn glu = this->glu();
+  const ExpertRows sparse_rows = c.num_experts > 0 ? expert_rows(groups, T) : ExpertRows{};  // for every sparse layer
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const model::LayerWeights& L = weights_.layers[l];
@@ -373,7 +344,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
 
     norm_rows(x.data(), L.mlp_norm, xn.data());
     if (c.layer_is_sparse(l)) {
-      experts_mlp(pool, l, xn.data(), T, tmp.data(), groups);
+      experts_mlp(pool, l, xn.data(), T, tmp.data(), groups, sparse_rows);
     } else {
       project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
       pool.parallel_for(T, [&](int64_t b, int64_t e) {

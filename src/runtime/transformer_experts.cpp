@@ -1,12 +1,12 @@
 // The mixture-of-experts MLP of a sparse layer (Transformer::experts_mlp): routing, each chosen
 // expert once over the rows that chose it, and the adapter terms on the experts.
 #include <algorithm>
-#include <memory>
 #include <span>
 
 #include "graft/compute/ops.h"
 #include "graft/runtime/kernels.h"
 #include "graft/runtime/transformer.h"
+#include "runtime/adapted_matmul.h"
 
 namespace graft::runtime {
 
@@ -20,12 +20,12 @@ struct ExpertProjection {
   float* y;  // [n, w->rows]
 };
 
-// Runs `ps` on x as one matmul_many with the adapters' terms inside it, as project_many does: the
-// down passes x·Aᵀ as its first targets (the same dispatch and activation quantization), the
-// up-projections as each projection's column epilogue (spread over the pool). The same arithmetic
-// as matmul_many and then add_terms, term by term in the same order, so the same bits. Only when
-// every adapter with terms on `ps` is used by all n rows or by none, and no term is LoKr; otherwise
-// returns false before anything has run. (Groups: Transformer's RowGroups, private to it.)
+// Runs `ps` on x as one matmul_adapted with the adapters' terms inside it, as project_many does:
+// the down passes x·Aᵀ as its first targets, the up-projections in each projection's column
+// epilogue. The same arithmetic as matmul_many and then add_terms, term by term in the same order,
+// so the same bits. Only when every adapter with terms on `ps` is used by all n rows or by none,
+// and no term is LoKr; otherwise returns false before anything has run. (Groups: Transformer's
+// RowGroups, private to it.)
 template <class Groups>
 bool run_inline(ThreadPool& pool, const Groups& groups, const std::vector<std::vector<float>>& scale_of,
                 int64_t layer, const float* x, int64_t n, const std::vector<int64_t>& rows,
@@ -37,7 +37,6 @@ bool run_inline(ThreadPool& pool, const Groups& groups, const std::vector<std::v
   };
   std::vector<std::vector<On>> on(ps.size());
   std::vector<std::vector<float>> scales(groups.size());  // each used adapter's scale by row
-  std::vector<std::vector<TermDown>> downs(groups.size());
   for (size_t a = 0; a < groups.size(); ++a) {
     if (scale_of[a].empty()) continue;
     int64_t used = 0;
@@ -51,37 +50,40 @@ bool run_inline(ThreadPool& pool, const Groups& groups, const std::vector<std::v
         }
     for (int64_t r : rows) scales[a].push_back(scale_of[a][static_cast<size_t>(r)]);
   }
-  for (size_t i = 0; i < ps.size(); ++i)
-    for (On& o : on[i]) downs[o.adapter].push_back({o.term, ps[i].w, o.low.data()});
-  std::vector<std::unique_ptr<TermsDown>> parts;  // one per adapter: its scales (DoRA's factors)
-  std::vector<MatmulTarget> first;
-  for (size_t a = 0; a < groups.size(); ++a) {
-    if (downs[a].empty()) continue;
-    parts.push_back(std::make_unique<TermsDown>(pool, downs[a], n, scales[a]));
-    first.insert(first.end(), parts.back()->targets().begin(), parts.back()->targets().end());
-  }
-  std::vector<ColumnEpilogue> epilogues(ps.size());
-  std::vector<MatmulTarget> mm;
+  std::vector<RowDowns> by_adapter(groups.size());
+  for (size_t a = 0; a < groups.size(); ++a) by_adapter[a].scales = &scales[a];
+  std::vector<AdaptedTarget> targets;
   for (size_t i = 0; i < ps.size(); ++i) {
-    const int64_t out = ps[i].w->rows;
-    float* y = ps[i].y;
-    epilogues[i] = [&, i, out, y](int64_t j0, int64_t j1) {
-      for (const On& o : on[i]) {
-        const int64_t width = o.term->low_width();
-        for (int64_t r = 0; r < n; ++r)
-          lora_term_up(*o.term, &o.low[static_cast<size_t>(r * width)], scales[o.adapter][static_cast<size_t>(r)], j0,
-                       j1, y + r * out);
-      }
-    };
-    mm.push_back({ps[i].w, y, on[i].empty() ? nullptr : &epilogues[i]});
+    targets.push_back({ps[i].w, ps[i].y, nullptr, {}});
+    for (On& o : on[i]) {
+      by_adapter[o.adapter].terms.push_back({o.term, ps[i].w, o.low.data()});
+      targets.back().ups.push_back({o.term, o.low.data(), n, scales[o.adapter].data()});
+    }
   }
-  matmul_many(pool, x, n, mm, first, [&] {
-    for (const auto& p : parts) p->finish();
-  });
+  std::vector<RowDowns> downs;  // one per adapter with terms here, in adapter order
+  for (RowDowns& d : by_adapter)
+    if (!d.terms.empty()) downs.push_back(std::move(d));
+  matmul_adapted(pool, x, n, targets, downs);
   return true;
 }
 
 }  // namespace
+
+// Each adapter's sequence scale by row of the pass (0: the row does not use it) and the all-rows
+// index, built once per forward pass for every sparse layer.
+Transformer::ExpertRows Transformer::expert_rows(const RowGroups& groups, int64_t m) {
+  ExpertRows out;
+  out.scale_of.resize(groups.size());
+  for (size_t a = 0; a < groups.size(); ++a) {
+    if (groups[a].rows.empty()) continue;
+    out.scale_of[a].assign(static_cast<size_t>(m), 0.0f);
+    for (size_t i = 0; i < groups[a].rows.size(); ++i)
+      out.scale_of[a][static_cast<size_t>(groups[a].rows[i])] = groups[a].scales[i];
+  }
+  out.all.resize(static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) out.all[static_cast<size_t>(r)] = r;
+  return out;
+}
 
 // Routing as transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock: softmax over all
 // experts in F32, the top num_experts_per_tok probabilities (ties to the lower index), divided by
@@ -90,17 +92,11 @@ bool run_inline(ThreadPool& pool, const Groups& groups, const std::vector<std::v
 // chosen ones. Adapter terms on the router change the logits before the softmax. y = Σ weight_e · expert_e(x) accumulated from zero in ascending expert order (the
 // order of transformers' index_add_ loop).
 void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y,
-                              const RowGroups& groups) {
+                              const RowGroups& groups, const ExpertRows& sparse_rows) {
   const model::ModelConfig& c = config_;
   const model::LayerWeights& L = weights_.layers[layer];
   const int64_t E = c.num_experts, K = c.num_experts_per_tok, H = c.hidden_size, F = c.moe_intermediate_size;
-  // Each adapter's sequence scale by row of xn (0: the row does not use it).
-  std::vector<std::vector<float>> scale_of(groups.size());
-  for (size_t a = 0; a < groups.size(); ++a) {
-    if (groups[a].rows.empty()) continue;
-    scale_of[a].assign(static_cast<size_t>(m), 0.0f);
-    for (size_t i = 0; i < groups[a].rows.size(); ++i) scale_of[a][static_cast<size_t>(groups[a].rows[i])] = groups[a].scales[i];
-  }
+  const std::vector<std::vector<float>>& scale_of = sparse_rows.scale_of;
   // The terms of every adapter on (expert, part) over the expert's n rows: x [n, in] -> y [n, out]
   // += s·(x·Aᵀ)·Bᵀ on the rows whose sequence uses the adapter (gathered, as project_many does).
   auto add_terms = [&](int64_t e, int part, const std::vector<int64_t>& rows, const float* x, int64_t in,
@@ -129,9 +125,7 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
   };
   std::vector<float> probs(static_cast<size_t>(m * E));
   matmul(pool, xn, m, L.router, probs.data());
-  std::vector<int64_t> all_rows(static_cast<size_t>(m));
-  for (int64_t r = 0; r < m; ++r) all_rows[static_cast<size_t>(r)] = r;
-  add_terms(-1, 3, all_rows, xn, H, L.router, probs.data());  // adapters on the router (mlx-lm's default keys)
+  add_terms(-1, 3, sparse_rows.all, xn, H, L.router, probs.data());  // adapters on the router (mlx-lm's default keys)
   std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E));
   std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
   std::vector<int64_t> order(static_cast<size_t>(E));

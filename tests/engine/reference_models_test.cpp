@@ -70,7 +70,7 @@ TEST_P(ReferenceModel, PromptLogitsMatchTransformers) {
     // The tokenizer must produce the same ids transformers used.
     EXPECT_EQ(model_->tokenizer.encode(prompts[p]["text"].get<std::string>()), ids) << "prompt " << p;
     KVCache cache(model_->config, 256, DType::F32);
-    SequenceInput in{&cache, ids, true};
+    SequenceInput in{&cache, ids, true, {}};
     std::vector<float> logits = t.forward(pool, std::span(&in, 1));
     Tensor ref = logits_->tensor("logits_" + std::to_string(p));
     ASSERT_EQ(static_cast<int64_t>(logits.size()), ref.numel());
@@ -107,10 +107,10 @@ TEST_P(ReferenceModel, BatchedSequencesEqualSeparateRuns) {
   std::vector<int32_t> a = prompts[0]["ids"].get<std::vector<int32_t>>();
   std::vector<int32_t> b = prompts[1]["ids"].get<std::vector<int32_t>>();
   KVCache ca(model_->config, 256), cb(model_->config, 256), cab_a(model_->config, 256), cab_b(model_->config, 256);
-  SequenceInput ia{&ca, a, false}, ib{&cb, b, false};
+  SequenceInput ia{&ca, a, false, {}}, ib{&cb, b, false, {}};
   std::vector<float> la = t.forward(pool, std::span(&ia, 1));
   std::vector<float> lb = t.forward(pool, std::span(&ib, 1));
-  SequenceInput both[2] = {{&cab_a, a, false}, {&cab_b, b, false}};
+  SequenceInput both[2] = {{&cab_a, a, false, {}}, {&cab_b, b, false, {}}};
   std::vector<float> lab = t.forward(pool, both);
   const size_t V = la.size();
   ASSERT_EQ(lab.size(), 2 * V);
@@ -138,7 +138,7 @@ TEST(ReferenceModelGemma, GgufMatchesTransformers) {
     for (size_t p = 0; p < ref["prompts"].size(); ++p) {
       std::vector<int32_t> ids = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
       KVCache cache(lm.config, 256, DType::F32);
-      SequenceInput sin{&cache, ids, true};
+      SequenceInput sin{&cache, ids, true, {}};
       std::vector<float> out = t.forward(pool, std::span(&sin, 1));
       EXPECT_LE(max_abs_diff(out, logits->tensor("logits_" + std::to_string(p))), 1e-4f) << m << " prompt " << p;
     }

@@ -68,10 +68,19 @@ class Transformer {
                const RowGroups& groups);
   void project_many(ThreadPool& pool, int64_t layer, std::span<const Projection> ps, const float* x, int64_t m,
                     std::span<float* const> ys, const RowGroups& groups);
+  // What every sparse layer of a pass reads of the rows, built once per pass: each adapter's
+  // sequence scale by row of the token matrix (0: the row does not use it; empty: no row does),
+  // and the list of all rows (the router's adapter terms run on every row).
+  struct ExpertRows {
+    std::vector<std::vector<float>> scale_of;
+    std::vector<int64_t> all;
+  };
+  static ExpertRows expert_rows(const RowGroups& groups, int64_t m);
   // A sparse layer's MLP on the normed rows xn [m, hidden] into y [m, hidden]: the router's
   // softmax and top-k per row, then each chosen expert once over the rows that chose it, with the
   // adapter terms on that expert for those of its rows whose sequence uses the adapter.
-  void experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y, const RowGroups& groups);
+  void experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y, const RowGroups& groups,
+                   const ExpertRows& sparse_rows);
   // The gated activation of the MLPs, dense and expert: out = act(gate) ⊙ up (the config's hidden_act).
   using GluFn = void (*)(const float* gate, const float* up, int64_t n, float* out);
   GluFn glu() const;
