@@ -45,6 +45,13 @@ struct Avx2Dot {
     __asm__("" : "+x"(sum));
     return sum;
   }
+  // Q6_K's 6-bit codes (0..63) are unsigned bytes maddubs takes as they are: a pair is at most
+  // 2·63·127 = 16002, so two words' pairs add in i16 (32004 < 32767) and are widened then: 2.5
+  // instructions a word where the 8-bit codes' sign trick takes 6.
+  static GRAFT_I256 __m256i accumulate_pair(__m256i sum, const Word& w0, __m256i x0, const Word& w1, __m256i x1) {
+    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w0.u, x0), _mm256_maddubs_epi16(w1.u, x1));
+    return chain(_mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))));
+  }
   template <bool kNibbles>
   static GRAFT_I256 __m256i finish(__m256i sum) {
     return kNibbles ? _mm256_madd_epi16(sum, _mm256_set1_epi16(1)) : sum;

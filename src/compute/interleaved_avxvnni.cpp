@@ -26,6 +26,9 @@ struct VnniDot {
   static GRAFT_I256 __m256i accumulate(__m256i sum, const Word& w, __m256i x) {
     return _mm256_dpbusd_avx_epi32(sum, w.u, x);
   }
+  static GRAFT_I256 __m256i accumulate_pair(__m256i sum, const Word& w0, __m256i x0, const Word& w1, __m256i x1) {
+    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(sum, w0.u, x0), w1.u, x1);
+  }
   template <bool kNibbles>
   static GRAFT_I256 __m256i finish(__m256i sum) {
     return sum;

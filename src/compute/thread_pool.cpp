@@ -145,12 +145,14 @@ ThreadPool::~ThreadPool() {
 int ThreadPool::size() const { return impl_->n_threads; }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                              int64_t grain) {
+                              int64_t grain, int chunks_per_thread) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   Impl& p = *impl_;
-  // Fixed cut: as many chunks as threads, but none smaller than `grain` (except a lone chunk).
-  int64_t chunks = std::min<int64_t>(p.n_threads, n / grain);
+  // Fixed cut: chunks_per_thread chunks a thread, but none smaller than `grain` (except a lone
+  // chunk), and at most 0xffff (the claim word's 16 bits); one thread runs the range in one call.
+  const int64_t per_thread = p.n_threads > 1 ? std::max(1, chunks_per_thread) : 1;
+  int64_t chunks = std::min<int64_t>({int64_t{p.n_threads} * per_thread, n / grain, 0xffff});
   if (chunks <= 1 || tl_running_pool == &p) {
     // One chunk, or a nested call from inside this pool's own work: run here, in order.
     if (chunks <= 1) {

@@ -22,6 +22,11 @@ namespace graft::runtime {
 namespace {
 // Columns per parallel_for unit when a call includes interleaved weights: one 16-row group.
 constexpr int64_t kGroupCols = 16;
+// Chunks per thread of a quantized matmul (ThreadPool::parallel_for): claimed as threads finish, so
+// a thread slowed by other work on its core does not hold the others at the end of every matmul
+// (3B Q4_K_M decode at 2 threads in a 2-core VM; see docs/PERFORMANCE.md). Output bits do not
+// depend on the cut.
+constexpr int kChunksPerThread = 4;
 }  // namespace
 
 void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate,
@@ -43,7 +48,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w,
           detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, q8);
           if (epilogue) (*epilogue)(j0, j1);
         },
-        grain);
+        grain, kChunksPerThread);
     return;
   }
   if (w.quantized())
@@ -147,7 +152,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         while (!ready.load(std::memory_order_acquire)) _mm_pause();
         run_cols(first_end + u0 * kGroupCols, std::min(start.back(), first_end + u1 * kGroupCols));
       },
-      grain);
+      grain, kChunksPerThread);
   if (first_error) std::rethrow_exception(first_error);
 }
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -15,13 +16,13 @@ namespace {
 
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
 
-Ranges run(ThreadPool& pool, int64_t n, int64_t grain = 1) {
+Ranges run(ThreadPool& pool, int64_t n, int64_t grain = 1, int per_thread = 1) {
   std::mutex mu;
   Ranges got;
   pool.parallel_for(n, [&](int64_t b, int64_t e) {
     std::lock_guard<std::mutex> lk(mu);
     got.emplace_back(b, e);
-  }, grain);
+  }, grain, per_thread);
   std::sort(got.begin(), got.end());
   return got;
 }
@@ -45,6 +46,32 @@ TEST(ThreadPool, CoversEveryIndexOnceInFixedChunks) {
         EXPECT_EQ(at, n);
         EXPECT_LE(static_cast<int64_t>(r.size()), threads);
         EXPECT_EQ(r, run(pool, n, grain)) << "the cut must not depend on timing";
+      }
+    }
+  }
+}
+
+// A finer cut (matmul's, so that a slowed thread leaves its rest to the others): every index once,
+// chunks no smaller than the grain, per_thread chunks a thread where n allows, one call on one thread,
+// and the same cut every time.
+TEST(ThreadPool, FinerCutPerThread) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 5, 16, 100, 1001}) {
+      for (int64_t grain : {1, 7}) {
+        const Ranges r = run(pool, n, grain, 4);
+        int64_t at = 0;
+        for (auto [b, e] : r) {
+          EXPECT_EQ(b, at);
+          if (r.size() > 1) {
+            EXPECT_GE(e - b, grain);
+          }
+          at = e;
+        }
+        EXPECT_EQ(at, n);
+        const int64_t want = threads == 1 ? 1 : std::max<int64_t>(1, std::min<int64_t>(4 * threads, n / grain));
+        EXPECT_EQ(static_cast<int64_t>(r.size()), want) << threads << " threads, n " << n << ", grain " << grain;
+        EXPECT_EQ(r, run(pool, n, grain, 4)) << "the cut must not depend on timing";
       }
     }
   }
