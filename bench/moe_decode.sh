@@ -19,6 +19,7 @@
 # and prints a Markdown summary (medians, min–max, ratios) with the load at start and end.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 ONE=""; [ "${1:-}" = --round ] && { ONE=$2; shift 2; }  # one round (what each locked call runs)
 ROUNDS=${1:-3}
 F=${2:-Q4_K_M}
@@ -29,12 +30,8 @@ THREADS=${THREADS:-"1 2"}
 LOCK=${LOCK-/tmp/bench.lock}
 LORA=${LORA:-}
 MODEL="$M/$F.gguf"
-P=$(printf 'The history of computing is long and varied, and every machine has its story. %.0s' {1..32})
-lb() {  # threads pp tg
-  "$LLAMA/llama-bench" -m "$MODEL" -t "$1" -p "$2" -n "$3" -r 1 -o json 2>/dev/null |
-    python3 -c 'import json,sys; print(round(json.load(sys.stdin)[0]["avg_ts"], 2))'
-}
-field() { sed -E "s/.*$1: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/"; }
+P=$(bench_prompt)
+lb() { llama_bench_ts "$LLAMA" "$MODEL" "$1" "$2" "$3"; }  # threads pp tg
 gen() {  # [-b] threads n prompt [options...]: graft's (or GRAFT_B's) summary line
   local g=$G; [ "$1" = -b ] && { g=$GB; shift; }
   local t=$1 n=$2 p=$3; shift 3

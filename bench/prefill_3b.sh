@@ -16,16 +16,14 @@
 # /tmp/prefill_3b.tsv) and a Markdown summary (medians, min–max, ratios) at the end, with the load.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 ROUNDS=${1:-3}; shift || true
 FILES=("$@"); [ ${#FILES[@]} -eq 0 ] && FILES=(Q4_K_M bf16)
 G=${GRAFT:-$ROOT/build/graft}
 OUT=${OUT:-/tmp/prefill_3b.tsv}
 THREADS=${THREADS:-"1 2"}
-P=$(printf 'The history of computing is long and varied, and every machine has its story. %.0s' {1..32})
-lb() {  # bin file threads pp tg repack
-  "$1/llama-bench" -m "$M/$2.gguf" -t "$3" -p "$4" -n "$5" -r 1 --repack "$6" -o json 2>/dev/null |
-    python3 -c 'import json,sys; print(round(json.load(sys.stdin)[0]["avg_ts"], 2))'
-}
+P=$(bench_prompt)
+lb() { llama_bench_ts "$1" "$M/$2.gguf" "$3" "$4" "$5" --repack "$6"; }  # bin file threads pp tg repack
 now() { date +%s.%N; }
 : >"$OUT"
 rec() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$OUT"; }
@@ -38,7 +36,7 @@ for r in $(seq "$ROUNDS"); do
       rec "$r" "$t" "$f" pp512 llama-native "$(lb "$LLAMA_NATIVE" "$f" "$t" 512 0 $rp)"
       rec "$r" "$t" "$f" pp512 llama-avx512 "$(lb "$LLAMA_AVX512" "$f" "$t" 512 0 1)"
       s=$(now); line=$("$G" generate -m "$M/$f.gguf" -p "$P" --temp 0 -n 1 -t "$t" 2>&1 >/dev/null | tail -1); e=$(now)
-      rec "$r" "$t" "$f" pp512 graft "$(sed -E 's/.*prompt: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/' <<<"$line")"
+      rec "$r" "$t" "$f" pp512 graft "$(field prompt <<<"$line")"
       rec "$r" "$t" "$f" ttft_s graft "$(python3 -c "print(round($e-$s,2))")"
       s=$(now); "$LLAMA_NATIVE/llama-completion" -m "$M/$f.gguf" -p "$P" -n 1 -t "$t" -no-cnv $([ $rp = 0 ] && echo -nr) </dev/null >/dev/null 2>&1; e=$(now)
       rec "$r" "$t" "$f" ttft_s llama-native "$(python3 -c "print(round($e-$s,2))")"
@@ -46,7 +44,7 @@ for r in $(seq "$ROUNDS"); do
         rec "$r" "$t" "$f" tg128 llama-native "$(lb "$LLAMA_NATIVE" "$f" "$t" 0 128 1)"
         rec "$r" "$t" "$f" tg128 llama-avx512 "$(lb "$LLAMA_AVX512" "$f" "$t" 0 128 1)"
         line=$("$G" generate -m "$M/$f.gguf" -p "Once upon a time" --temp 0 -n 128 --ignore-eos -t "$t" 2>&1 >/dev/null | tail -1)
-        rec "$r" "$t" "$f" tg128 graft "$(sed -E 's/.*generated: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/' <<<"$line")"
+        rec "$r" "$t" "$f" tg128 graft "$(field generated <<<"$line")"
       fi
       echo "round $r t$t $f done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
     done

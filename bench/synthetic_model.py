@@ -168,33 +168,37 @@ def main():
               "self_attn.v_proj": (a.kv_heads * head_dim, a.hidden), "self_attn.o_proj": (a.hidden, a.heads * head_dim),
               "mlp.gate_proj": (a.intermediate, a.hidden), "mlp.up_proj": (a.intermediate, a.hidden),
               "mlp.down_proj": (a.hidden, a.intermediate)}
-    weight = (lambda shape: bf16(rng.standard_normal(shape, np.float32) * 0.02)) if not a.lora_only else \
-        (lambda shape: np.zeros(1, np.uint16))
-    factor = (lambda shape: lrng.standard_normal(shape, np.float32) * 0.01) if a.lora_dtype == "f32" else \
-        (lambda shape: bf16(lrng.standard_normal(shape, np.float32) * 0.01))
-    w = {"model.embed_tokens.weight": weight((vocab, a.hidden)), "model.norm.weight": bf16(np.ones(a.hidden, np.float32))}
-    lora = {}
+    # Streamed as the MoE writer does (each tensor made when its bytes are written, in the order the
+    # in-memory version drew them, so the values are the same): an 8B shape is 16 GB of BF16.
+    rand = lambda r, shape, s: (lambda: bf16(r.standard_normal(shape, np.float32) * s))  # noqa: E731
+    ones = lambda n: (lambda: bf16(np.ones(n, np.float32)))  # noqa: E731
+    ldt = a.lora_dtype.upper()
+    factor = (lambda shape: (lambda: lrng.standard_normal(shape, np.float32) * 0.01)) if a.lora_dtype == "f32" else \
+        (lambda shape: rand(lrng, shape, 0.01))
+    w = [("model.embed_tokens.weight", "BF16", (vocab, a.hidden), rand(rng, (vocab, a.hidden), 0.02)),
+         ("model.norm.weight", "BF16", (a.hidden,), ones(a.hidden))]
+    lora = []
     for i in range(a.layers):
         p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = bf16(np.ones(a.hidden, np.float32))
-        w[p + "post_attention_layernorm.weight"] = bf16(np.ones(a.hidden, np.float32))
+        w.append((p + "input_layernorm.weight", "BF16", (a.hidden,), ones(a.hidden)))
+        w.append((p + "post_attention_layernorm.weight", "BF16", (a.hidden,), ones(a.hidden)))
         for name, (rows, cols) in shapes.items():
-            w[p + name + ".weight"] = weight((rows, cols))
+            w.append((p + name + ".weight", "BF16", (rows, cols), rand(rng, (rows, cols), 0.02)))
             lp = "base_model.model." + p + name
-            lora[lp + ".lora_A.weight"] = factor((a.rank, cols))
-            lora[lp + ".lora_B.weight"] = factor((rows, a.rank))
+            lora.append((lp + ".lora_A.weight", ldt, (a.rank, cols), factor((a.rank, cols))))
+            lora.append((lp + ".lora_B.weight", ldt, (rows, a.rank), factor((rows, a.rank))))
     if not a.lora_only:
-        save_with_bf16(w, os.path.join(base, "model.safetensors"))
+        write_streamed(w, os.path.join(base, "model.safetensors"))
     ldir = os.path.join(a.out, "lora" if a.lora_dtype == "f32" and a.rank == 16 else f"lora_r{a.rank}_{a.lora_dtype}")
     os.makedirs(ldir, exist_ok=True)
-    save_with_bf16(lora, os.path.join(ldir, "adapter_model.safetensors"))
+    write_streamed(lora, os.path.join(ldir, "adapter_model.safetensors"))
     json.dump({"peft_type": "LORA", "r": a.rank, "lora_alpha": 2 * a.rank, "base_model_name_or_path": base,
                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                "bias": "none", "fan_in_fan_out": False, "task_type": "CAUSAL_LM", "use_rslora": False,
                "use_dora": False, "modules_to_save": None},
               open(os.path.join(ldir, "adapter_config.json"), "w"), indent=1)
-    print(f"wrote {'' if a.lora_only else base + ' and '}{ldir} "
-          f"({sum(v.nbytes for v in lora.values()) / 1e6:.1f} MB of {a.lora_dtype.upper()} factors)")
+    mb = sum(int(np.prod(s)) for _, _, s, _ in lora) * (4 if ldt == "F32" else 2) / 1e6
+    print(f"wrote {'' if a.lora_only else base + ' and '}{ldir} ({mb:.1f} MB of {ldt} factors)")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@
 //     back as F32, is quantized again to the file's own bytes; on SmolLM2 the q8_0 factors give the
 //     tokens of the exact factors, which are llama.cpp's up to a near tie.
 //   * Refusals name the option, the adapter and the tensor.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -278,21 +279,30 @@ TEST(LoraDTypeSmolLM2, Q8FactorsAreTheFilesAndGiveLlamaCppsTokens) {
     }
   // graft's block kernels (8-bit activations, as llama.cpp's) move SmolLM2's logits by up to about
   // 0.2 from exact F32 math (smollm2_q4km_test), so against llama.cpp a divergence is accepted where
-  // PEFT's top-2 gap is below 0.25; the q8_0 factors must give exactly the tokens the file's own
-  // factors (auto: F32) give on the same kernels.
+  // PEFT's top-2 gap is below 0.25. The q8_0 factors against the file's own factors (auto: F32) on
+  // the same kernels: the 8-bit x·Aᵀ moves logits by about 1 % of the adapter's effect (the kinds
+  // test above: 0.12 on the tiny model), so they give the same tokens up to a near tie of the same
+  // bound (measured: equal on AVX-512 machines; on AVX2 prompt 1 parts at its last step, a 0.078 gap).
   auto exact = make_lora_set(base.config, *base.source, {{a, 1.0f}});
   for (size_t i = 0; i < 3; ++i) {
     const auto ids = peft["prompts"][i]["ids"].get<std::vector<int32_t>>();
     const auto want = llama_cpp["prompts"][i]["greedy"].get<std::vector<int32_t>>();
+    const auto peft_greedy = peft["prompts"][i]["greedy"].get<std::vector<int32_t>>();
     const auto gaps = peft["prompts"][i]["top2_gap"].get<std::vector<double>>();
     const auto got = test::greedy_ids(base, set, {1.0f}, ids, want.size());
-    EXPECT_EQ(got, test::greedy_ids(base, exact, {1.0f}, ids, want.size())) << "prompt " << i;
-    for (size_t j = 0; j < want.size(); ++j) {
-      if (got[j] == want[j]) continue;
-      std::printf("prompt %zu: llama.cpp's tokens until step %zu (PEFT's top-2 gap there %.3g)\n", i, j, gaps[j]);
-      EXPECT_LT(gaps[j], 0.25) << "prompt " << i << " step " << j;
-      break;
-    }
+    // Same tokens as `other` until a step where PEFT, on the same prefix, ranks its top two within 0.25.
+    auto same_up_to_near_tie = [&](const std::vector<int32_t>& other, const char* what) {
+      for (size_t j = 0; j < other.size(); ++j) {
+        if (got[j] == other[j]) continue;
+        std::printf("prompt %zu: parts from %s at step %zu (PEFT's top-2 gap there %.3g)\n", i, what, j, gaps[j]);
+        EXPECT_TRUE(std::equal(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(j), peft_greedy.begin()))
+            << "prompt " << i << ": parts from " << what << " at step " << j << " after leaving PEFT's tokens";
+        EXPECT_LT(gaps[j], 0.25) << "prompt " << i << " step " << j << " against " << what;
+        return;
+      }
+    };
+    same_up_to_near_tie(test::greedy_ids(base, exact, {1.0f}, ids, want.size()), "the F32 factors");
+    same_up_to_near_tie(want, "llama.cpp");
   }
 }
 

@@ -378,9 +378,11 @@ def test_api_key_and_init_without_apply(server):
         assert tokens_of(s, PROMPT) == base, "--lora-init-without-apply output differs from the base model"
         # llama.cpp's conversion (q8_0) of the PEFT pirate adapter, served unfused: the PEFT adapter's
         # tokens, up to a near-tie. On this prompt the second token is one (PEFT: 216 vs 1116 within
-        # 0.004-0.009 logprob, depending on the kernels' summation order), so the check is: the same
-        # tokens until the first divergence, and there both runs rank the two tokens within 0.05.
-        same_up_to_near_tie(s, PROMPT, {"id": 0, "scale": 1.0}, {"id": 1, "scale": 1.0}, margin=0.05)
+        # 0.004-0.009 logprob on AVX-512 kernels), so the check is: the same tokens until the first
+        # divergence, and there both runs rank the two tokens within 0.25, the bound of
+        # test_lora_dtype_q8_0 for the same 8-bit rounding of the factors (on an AVX2-only machine,
+        # whose kernels sum in another order, the q8_0 run ranks them 0.12 apart there).
+        same_up_to_near_tie(s, PROMPT, {"id": 0, "scale": 1.0}, {"id": 1, "scale": 1.0}, margin=0.25)
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="s3cret")
         assert client.completions.create(model="x", prompt=PROMPT, max_tokens=4, temperature=0).choices
     finally:
