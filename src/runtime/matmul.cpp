@@ -103,12 +103,18 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   Bf16Rows bf16_x;  // x rounded once for every BF16 target
   if (any_bf16) round_rows_bf16(x, m, k, bf16_x, &pool);
   const detail::Isa isa = detail::best_isa();
-  // Columns [g0, g1) of the concatenated space, each target's epilogue on its own columns.
-  auto run_cols = [&](int64_t g0, int64_t g1) {
+  // Columns [g0, g1) of the concatenated space, each target's epilogue on its own columns: both
+  // (kernel then epilogue, target by target), or only the kernels, or only the epilogues.
+  enum Pass { kBoth, kKernels, kEpilogues };
+  auto run_cols = [&](int64_t g0, int64_t g1, Pass pass = kBoth) {
     for (size_t i = 0; i < targets.size(); ++i) {
       const model::Matrix& w = *targets[i].w;
       const int64_t j0 = std::max(g0, start[i]) - start[i], j1 = std::min(g1, start[i] + w.rows) - start[i];
       if (j0 >= j1) continue;
+      if (pass == kEpilogues) {
+        if (targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
+        continue;
+      }
       if (w.interleaved)
         detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
       else if (w.quantized())
@@ -119,15 +125,19 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         bf16_dot_cols(bf16_x, w.dense, targets[i].y, false, j0, j1);
       else
         detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
-      if (targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
+      if (pass == kBoth && targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
     }
   };
   // Units of 16 columns: a cut never splits an interleaved group (targets start at multiples of 16
   // in practice; a group cut anyway is computed twice, with the same bits). The first targets'
   // units are claimed one at a time from a shared counter by whichever threads run, and every chunk
-  // waits until all of them are done (and after_first has run) before its own columns: a thread
+  // waits until all of them are done (and after_first has run) before its epilogues: a thread
   // only waits on units already claimed by a running thread, so it cannot wait forever even when
-  // one thread runs every chunk.
+  // one thread runs every chunk. The main targets' kernels do not read the first targets, so a
+  // chunk that would wait runs its kernels first and its epilogues after the wait: with one first
+  // unit (a decode step's single adapter term on o_proj or an expert's down_proj) the other threads
+  // then work instead of spinning while one thread computes it. Same bits: each column's kernel,
+  // then its epilogue, as before.
   const int64_t first_end = start[n_first], first_units = first_end / kGroupCols;
   const int64_t units = (start.back() - first_end + kGroupCols - 1) / kGroupCols;
   const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
@@ -149,8 +159,11 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
             ready.store(true, std::memory_order_release);
           }
         }
+        const int64_t c0 = first_end + u0 * kGroupCols, c1 = std::min(start.back(), first_end + u1 * kGroupCols);
+        if (ready.load(std::memory_order_acquire)) return run_cols(c0, c1);
+        run_cols(c0, c1, kKernels);
         while (!ready.load(std::memory_order_acquire)) _mm_pause();
-        run_cols(first_end + u0 * kGroupCols, std::min(start.back(), first_end + u1 * kGroupCols));
+        run_cols(c0, c1, kEpilogues);
       },
       grain, kChunksPerThread);
   if (first_error) std::rethrow_exception(first_error);

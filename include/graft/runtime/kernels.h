@@ -64,7 +64,7 @@ struct MatmulTarget {
   float* y;
   const ColumnEpilogue* epilogue = nullptr;
 };
-// `first` targets (no epilogues) are all computed before any column of `targets`, and then
+// `first` targets (no epilogues) are all computed before any epilogue of `targets`, and then
 // after_first runs once: a pass the targets' epilogues depend on (an adapter's x·Aᵀ before the
 // up-projections) in the same dispatch and the same activation quantization, instead of a
 // dispatch of its own; its 16-row units are shared out among whichever threads run.
