@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev
                 libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev zlib1g-dev libssl-dev \
                 python3 python3-pip python3-venv
 
-.PHONY: all deps browser-deps build asan models pyenv demo test test-fast bench clean fuzz
+.PHONY: all deps browser-deps build asan models pyenv demo test test-all test-fast bench clean fuzz
 
 all: build
 
@@ -68,13 +68,24 @@ browser-deps:
 demo: build models
 	demo/run_demo.sh ./$(BUILD)/graft $(MODEL)
 
+# Every entry in the Release build, then the fast tier (ctest label `fast`: unit, reference, fuzz
+# replays, hostile files, the core server tests) under ASan+UBSan; docs/TESTING.md has the tiers and
+# their times. CTEST_ARGS passes more (e.g. CTEST_ARGS='-R engine').
+CTEST := GRAFT_REQUIRE_BROWSER=1 ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 test: build asan models pyenv browser-deps
-	cd $(BUILD) && GRAFT_REQUIRE_BROWSER=1 ctest --output-on-failure -j$(JOBS)
-	cd $(ASAN_BUILD) && GRAFT_REQUIRE_BROWSER=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
+	cd $(BUILD) && $(CTEST)
+	cd $(ASAN_BUILD) && $(SANITIZER_ENV) $(CTEST) -L fast
+
+# The nightly run: every entry under both builds (the golden SmolLM2 tests, the browser and every
+# server test under ASan+UBSan too).
+test-all: build asan models pyenv browser-deps
+	cd $(BUILD) && $(CTEST)
+	cd $(ASAN_BUILD) && $(SANITIZER_ENV) $(CTEST)
 
 # Release build only (quicker while developing).
 test-fast: build models pyenv browser-deps
-	cd $(BUILD) && GRAFT_REQUIRE_BROWSER=1 ctest --output-on-failure -j$(JOBS)
+	cd $(BUILD) && $(CTEST)
 
 # libFuzzer harnesses (tests/fuzz, clang + ASan + UBSan), each run FUZZ_SECONDS (default 10 min);
 # crashers land in tests/fuzz/regressions/ (docs/RELIABILITY.md). `make test` replays them.

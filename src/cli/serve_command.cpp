@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "graft/core/error.h"
-#include "server/server.h"
+#include "graft/server/server.h"
 
 namespace graft::cli {
 

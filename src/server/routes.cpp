@@ -17,7 +17,7 @@
 #include "server/api.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
-#include "server/server.h"
+#include "graft/server/server.h"
 #include "server/state.h"
 #include "server/web_assets.h"
 

@@ -13,7 +13,7 @@
 #include "graft/text/chat_prompt.h"
 #include "server/api.h"
 #include "server/scheduler.h"
-#include "server/server.h"
+#include "graft/server/server.h"
 
 namespace graft::server {
 

@@ -18,7 +18,7 @@
 #include <filesystem>
 
 #include "graft/model/loader.h"
-#include "runtime/run_util.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
@@ -53,7 +53,7 @@ CacheRun run_with(const model::LoadedModel& m, const std::vector<int32_t>& ids, 
 
 constexpr float kF16Bound = 0.15f, kBF16Bound = 0.6f;
 
-TEST(KVCacheTypes, SixteenBitCachesStayNearTheF32Cache) {
+TEST(KVCacheTypesSmolLM2, SixteenBitCachesStayNearTheF32Cache) {
   if (!std::filesystem::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
   const nlohmann::json ref = test::read_json(test::fixture("smollm2/greedy_reference.json"));
   model::LoadOptions f32;

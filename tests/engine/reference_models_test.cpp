@@ -10,7 +10,7 @@
 //   2^-9 per op, compounding over ~20 ops per layer), so there we only require max difference
 //   <= 0.1 * (logit range): a sanity check that the BF16 path is the same model, not a precision claim.
 // - The comparisons with transformers pin the F32 KV cache: graft's default F16 cache alone moves
-//   these logits by up to ~1e-2 (test::kReferenceCache in tests/runtime/run_util.h says why). The
+//   these logits by up to ~1e-2 (test::kReferenceCache in tests/support/run_util.h says why). The
 //   batch test keeps the default (F16) cache: batching must not change a sequence's bits there either.
 #include <gtest/gtest.h>
 

@@ -20,7 +20,7 @@
 
 #include "graft/adapter/weight_adapter.h"
 #include "graft/io/safetensors.h"
-#include "runtime/run_util.h"
+#include "support/run_util.h"
 #include "graft/model/loader.h"
 #include "graft/engine/generate.h"
 #include "graft/runtime/lora.h"

@@ -27,7 +27,7 @@
 #include "graft/io/gguf.h"
 #include "graft/io/gguf_writer.h"
 #include "graft/model/loader.h"
-#include "runtime/run_util.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

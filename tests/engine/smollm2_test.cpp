@@ -18,7 +18,7 @@
 #include "graft/engine/generate.h"
 #include "graft/runtime/kernels.h"
 #include "compute/interleaved_blocks.h"
-#include "runtime/run_util.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

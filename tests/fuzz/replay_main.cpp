@@ -1,6 +1,8 @@
-// A main for the fuzz harnesses without libFuzzer (any compiler): feeds every file named on the
-// command line, or found under a directory named there, to LLVMFuzzerTestOneInput once. `make
-// test` runs it over the seed corpora and tests/fuzz/regressions/ (crashers found by `make fuzz`).
+// A main for the fuzz harnesses without libFuzzer (any compiler): `fuzz_replay HARNESS PATH...` feeds
+// every file named on the command line, or found under a directory named there, to that harness once.
+// `make test` runs it over the seed corpora and tests/fuzz/regressions/ (crashers found by `make
+// fuzz`). All harnesses share this one executable: each is compiled with its LLVMFuzzerTestOneInput
+// renamed fuzz_<harness> (tests/CMakeLists.txt), listed in GRAFT_FUZZ_TABLE as H(name)H(name)...
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -8,13 +10,35 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#define H(name) extern "C" int fuzz_##name(const uint8_t* data, size_t size);
+GRAFT_FUZZ_TABLE
+#undef H
+
+namespace {
+
+using Harness = int (*)(const uint8_t*, size_t);
+
+Harness find_harness(std::string_view name) {
+#define H(h) \
+  if (name == #h) return fuzz_##h;
+  GRAFT_FUZZ_TABLE
+#undef H
+  return nullptr;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  const Harness harness = argc > 1 ? find_harness(argv[1]) : nullptr;
+  if (!harness) {
+    std::fprintf(stderr, "usage: fuzz_replay HARNESS PATH...  (an unknown or missing harness name)\n");
+    return 2;
+  }
   std::vector<std::filesystem::path> files;
-  for (int i = 1; i < argc; ++i) {
+  for (int i = 2; i < argc; ++i) {
     std::filesystem::path p(argv[i]);
     if (std::filesystem::is_directory(p)) {
       for (const auto& e : std::filesystem::recursive_directory_iterator(p))
@@ -28,7 +52,7 @@ int main(int argc, char** argv) {
     std::ifstream in(f, std::ios::binary);
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
     std::fprintf(stderr, "replay %s (%zu bytes)\n", f.c_str(), bytes.size());
-    LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
+    harness(bytes.data(), bytes.size());
   }
   std::fprintf(stderr, "replayed %zu inputs\n", files.size());
   return 0;

@@ -23,7 +23,7 @@
 #include "graft/model/loader.h"
 #include "graft/runtime/lora.h"
 #include "graft/runtime/transformer.h"
-#include "run_util.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

@@ -20,7 +20,7 @@
 #include "graft/core/gguf_quantize.h"
 #include "graft/model/loader.h"
 #include "graft/runtime/kernels.h"
-#include "run_util.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

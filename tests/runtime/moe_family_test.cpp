@@ -22,7 +22,7 @@
 #include "graft/runtime/lora.h"
 #include "../map_source.h"
 #include "graft/io/checkpoint_writer.h"
-#include "run_util.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

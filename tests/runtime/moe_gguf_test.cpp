@@ -10,7 +10,7 @@
 #include "graft/io/gguf.h"
 #include "graft/io/safetensors.h"
 #include "graft/model/loader.h"
-#include "run_util.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

@@ -24,7 +24,7 @@
 #include "graft/model/gguf_adapters.h"
 #include "graft/model/loader.h"
 #include "graft/model/model_adapters.h"
-#include "run_util.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

@@ -31,7 +31,7 @@
 #include "graft/runtime/kernels.h"
 #include "graft/runtime/lora.h"
 #include "graft/runtime/transformer.h"
-#include "run_util.h"
+#include "support/run_util.h"
 #include "compute/interleaved_blocks.h"
 #include "test_paths.h"
 

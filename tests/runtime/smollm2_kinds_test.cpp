@@ -30,7 +30,7 @@
 
 #include "graft/model/loader.h"
 #include "graft/runtime/lora.h"
-#include "run_util.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

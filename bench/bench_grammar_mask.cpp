@@ -1,12 +1,11 @@
 // How long allowed_tokens takes on a 49,152-token vocabulary (SmolLM2's size) for a JSON grammar:
 // at fixed states, both cold (a fresh copy of the matcher: nothing cached) and warm, and over a
-// whole simulated generation. Prints microseconds per call; never asserts on time (machines and
-// sanitizer builds differ), only that the masks are sane.
-#include <gtest/gtest.h>
+// whole simulated generation (BM_GrammarMask*; was a timing test, now a benchmark). Each state's
+// mask is also checked against accepts() once, so a wrong mask is an error, not a fast number.
+#include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
-#include <iostream>
 #include <random>
 #include <set>
 
@@ -74,57 +73,63 @@ std::vector<std::string> synthetic_vocab(size_t size) {
   return v;
 }
 
-double micros_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+const std::vector<std::string>& vocab49k() {
+  static const std::vector<std::string> v = synthetic_vocab(49152);
+  return v;
 }
 
-TEST(GrammarTiming, AllowedTokensOnA49kVocabulary) {
-  const auto vocab = synthetic_vocab(49152);
-  ASSERT_EQ(vocab.size(), 49152u);
-  auto t0 = std::chrono::steady_clock::now();
-  TokenTrie trie(vocab);
-  std::cout << "[ timing    ] trie: " << trie.size() << " tokens, " << trie.node_count() << " nodes, built in "
-            << micros_since(t0) / 1000.0 << " ms\n";
+const TokenTrie& trie49k() {
+  static const TokenTrie t(vocab49k());
+  return t;
+}
+
+const char* const kStates[] = {"",
+                               "{",
+                               "{\"na",
+                               "{\"name\"",
+                               "{\"name\": ",
+                               "{\"name\": \"Jo",
+                               "{\"name\": \"Jo\", \"age\": 4",
+                               "{\"a\": [1, [2, {\"b\": true}",
+                               "[[[[[[[[\"deep\""};
+
+// allowed_tokens at one grammar state; cold: on a fresh copy each time (nothing cached).
+void BM_GrammarMask(benchmark::State& state) {
+  const bool cold = state.range(1) != 0;
+  const char* s = kStates[state.range(0)];
+  const auto& vocab = vocab49k();
   auto g = parse_grammar(kJson);
-  const char* states[] = {"",
-                          "{",
-                          "{\"na",
-                          "{\"name\"",
-                          "{\"name\": ",
-                          "{\"name\": \"Jo",
-                          "{\"name\": \"Jo\", \"age\": 4",
-                          "{\"a\": [1, [2, {\"b\": true}",
-                          "[[[[[[[[\"deep\""};
+  GrammarMatcher m(g);
+  m.accept(s);
   std::vector<uint8_t> allowed;
-  for (const char* s : states) {
-    GrammarMatcher m(g);
-    m.accept(s);
-    GrammarMatcher cold(m);  // a copy starts with an empty transition cache
-    t0 = std::chrono::steady_clock::now();
-    cold.allowed_tokens(trie, allowed);
-    const double cold_us = micros_since(t0);
-    const size_t n_allowed = static_cast<size_t>(std::count(allowed.begin(), allowed.end(), 1));
-    const int reps = 20;
-    t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < reps; ++r) cold.allowed_tokens(trie, allowed);
-    const double warm_us = micros_since(t0) / reps;
-    std::cout << "[ timing    ] after " << testing::PrintToString(std::string(s)) << ": " << n_allowed
-              << " tokens allowed; cold " << cold_us << " us, warm " << warm_us << " us per call\n";
-    EXPECT_GT(n_allowed, 0u) << s;
-    // The mask is right, not only fast: each token against accepts() on an independent copy.
-    GrammarMatcher check(m);
-    size_t wrong = 0;
-    for (size_t t = 0; t < vocab.size(); ++t) wrong += (allowed[t] != 0) != check.accepts(vocab[t]);
-    EXPECT_EQ(wrong, 0u) << s;
-    RecordProperty(std::string("warm_us_") + std::to_string(&s - states), static_cast<int>(warm_us));
+  GrammarMatcher warm(m);
+  warm.allowed_tokens(trie49k(), allowed);
+  GrammarMatcher check(m);
+  for (size_t t = 0; t < vocab.size(); ++t)
+    if ((allowed[t] != 0) != check.accepts(vocab[t])) {
+      state.SkipWithError("allowed_tokens disagrees with accepts()");
+      return;
+    }
+  for (auto _ : state) {
+    if (cold) {
+      GrammarMatcher fresh(m);
+      fresh.allowed_tokens(trie49k(), allowed);
+    } else {
+      warm.allowed_tokens(trie49k(), allowed);
+    }
+    benchmark::DoNotOptimize(allowed.data());
   }
+  state.SetLabel(std::string(cold ? "cold " : "warm ") + std::to_string(std::count(allowed.begin(), allowed.end(), 1)) +
+                 " allowed");
 }
+BENCHMARK(BM_GrammarMask)->ArgsProduct({benchmark::CreateDenseRange(0, std::size(kStates) - 1, 1), {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 
-TEST(GrammarTiming, SimulatedGeneration) {
-  // Greedy "sampling" that follows a target document: at each step the longest allowed token
-  // that is a prefix of what is left. Every call goes through allowed_tokens, as in decoding.
-  const auto vocab = synthetic_vocab(49152);
-  TokenTrie trie(vocab);
+// A whole generation: greedy "sampling" that follows a target document (at each step the longest
+// allowed token that is a prefix of what is left); every call goes through allowed_tokens, as in
+// decoding. Time per document; calls per document as a counter.
+void BM_GrammarMaskGeneration(benchmark::State& state) {
+  const auto& vocab = vocab49k();
   auto g = parse_grammar(kJson);
   std::string doc = "{\"users\": [";
   for (int i = 0; i < 12; ++i) {
@@ -133,30 +138,31 @@ TEST(GrammarTiming, SimulatedGeneration) {
            ", \"score\": -" + std::to_string(i) + ".5e3}";
   }
   doc += "], \"count\": 12}";
-  GrammarMatcher m(g);
   std::vector<uint8_t> allowed;
-  size_t pos = 0, calls = 0;
-  double total = 0, worst = 0;
-  while (pos < doc.size()) {
-    auto t0 = std::chrono::steady_clock::now();
-    m.allowed_tokens(trie, allowed);
-    const double us = micros_since(t0);
-    total += us;
-    worst = std::max(worst, us);
-    ++calls;
-    size_t best = SIZE_MAX;
-    for (size_t t = 0; t < vocab.size(); ++t)
-      if (allowed[t] && doc.compare(pos, vocab[t].size(), vocab[t]) == 0 &&
-          (best == SIZE_MAX || vocab[t].size() > vocab[best].size()))
-        best = t;
-    ASSERT_NE(best, SIZE_MAX) << "no allowed token continues the document at byte " << pos;
-    m.accept(vocab[best]);
-    pos += vocab[best].size();
+  size_t calls = 0;
+  for (auto _ : state) {
+    GrammarMatcher m(g);
+    size_t pos = 0;
+    while (pos < doc.size()) {
+      m.allowed_tokens(trie49k(), allowed);
+      ++calls;
+      size_t best = SIZE_MAX;
+      for (size_t t = 0; t < vocab.size(); ++t)
+        if (allowed[t] && doc.compare(pos, vocab[t].size(), vocab[t]) == 0 &&
+            (best == SIZE_MAX || vocab[t].size() > vocab[best].size()))
+          best = t;
+      if (best == SIZE_MAX) {
+        state.SkipWithError("no allowed token continues the document");
+        return;
+      }
+      m.accept(vocab[best]);
+      pos += vocab[best].size();
+    }
+    if (!m.can_end()) state.SkipWithError("the grammar cannot end after the whole document");
   }
-  EXPECT_TRUE(m.can_end());
-  std::cout << "[ timing    ] generation of " << doc.size() << " bytes: " << calls << " calls, mean " << total / calls
-            << " us, worst " << worst << " us per call\n";
+  state.counters["calls_per_doc"] = benchmark::Counter(static_cast<double>(calls), benchmark::Counter::kAvgIterations);
 }
+BENCHMARK(BM_GrammarMaskGeneration)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace graft::engine
