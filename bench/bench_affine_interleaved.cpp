@@ -20,7 +20,7 @@
 namespace {
 
 using graft::DType;
-using graft::runtime::ThreadPool;
+using graft::ThreadPool;
 
 graft::AffineQuantized random_affine(int bits, int64_t n, int64_t k) {
   std::mt19937 rng(1);
@@ -54,7 +54,7 @@ void BM_MatmulAffineInterleaved(benchmark::State& state, int bits, int64_t m, in
     benchmark::DoNotOptimize(y.data());
   }
   counters(state, m, n, k, copied);
-  state.SetLabel(graft::runtime::matmul_q8_kernel());
+  state.SetLabel(graft::compute::matmul_q8_kernel());
 }
 
 // The F32 affine kernel (what GRAFT_Q8_INTERLEAVE=0 runs) at prefill rows.
@@ -63,7 +63,7 @@ void BM_MatmulAffinePrefill(benchmark::State& state, int bits, int64_t m, int64_
   const graft::AffineQuantized w = random_affine(bits, n, k);
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   for (auto _ : state) {
-    graft::runtime::matmul_affine(pool, x.data(), m, k, w, y.data());
+    graft::compute::matmul_affine(pool, x.data(), m, k, w, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   counters(state, m, n, k, w.nbytes());

@@ -28,7 +28,7 @@ namespace {
 
 using graft::DType;
 using graft::Tensor;
-using graft::runtime::ThreadPool;
+using graft::ThreadPool;
 
 int hw_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
@@ -116,7 +116,7 @@ void set_counters(benchmark::State& state, int64_t m, int64_t n, int64_t k, int6
   const double it = static_cast<double>(state.iterations());
   state.counters["GB/s"] = benchmark::Counter(it * static_cast<double>(wbytes) / 1e9, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(it * 2.0 * m * n * k / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(graft::runtime::matmul_isa());
+  state.SetLabel(graft::compute::matmul_isa());
 }
 
 void BM_MatmulDecode(benchmark::State& state, DType dt, int64_t n, int64_t k, bool cold) {
@@ -251,7 +251,7 @@ void BM_MatmulAffine(benchmark::State& state, int bits, int64_t m, int64_t n, in
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   ThreadPool pool(static_cast<int>(state.range(0)));
   for (auto _ : state) {
-    graft::runtime::matmul_affine(pool, x.data(), m, k, w, y.data());
+    graft::compute::matmul_affine(pool, x.data(), m, k, w, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   set_counters(state, m, n, k, w.nbytes());
@@ -285,7 +285,7 @@ BENCHMARK(BM_ParallelForOverhead)->Arg(1)->Arg(2)->Arg(4)->UseRealTime();
 void BM_RmsNorm(benchmark::State& state) {
   const int64_t n = state.range(0);
   std::vector<float> x(static_cast<size_t>(n), 0.3f), w(static_cast<size_t>(n), 1.1f), out(x.size());
-  for (auto _ : state) graft::runtime::rms_norm(x.data(), w.data(), n, 1e-5f, out.data());
+  for (auto _ : state) graft::compute::rms_norm(x.data(), w.data(), n, 1e-5f, out.data());
   state.SetItemsProcessed(state.iterations() * n);
 }
 BENCHMARK(BM_RmsNorm)->Arg(576);
@@ -293,7 +293,7 @@ BENCHMARK(BM_RmsNorm)->Arg(576);
 void BM_SiluMul(benchmark::State& state) {
   const int64_t n = state.range(0);
   std::vector<float> g(static_cast<size_t>(n), 0.3f), u(g.size(), 1.1f), out(g.size());
-  for (auto _ : state) graft::runtime::silu_mul(g.data(), u.data(), n, out.data());
+  for (auto _ : state) graft::compute::silu_mul(g.data(), u.data(), n, out.data());
   state.SetItemsProcessed(state.iterations() * n);
 }
 BENCHMARK(BM_SiluMul)->Arg(1536);
@@ -302,7 +302,7 @@ void BM_Softmax(benchmark::State& state) {
   const int64_t n = state.range(0);
   std::vector<float> x(static_cast<size_t>(n), 0.3f);
   for (auto _ : state) {
-    graft::runtime::softmax(x.data(), n);
+    graft::compute::softmax(x.data(), n);
     benchmark::DoNotOptimize(x.data());
   }
   state.SetItemsProcessed(state.iterations() * n);
@@ -319,10 +319,10 @@ void BM_AttendF16(benchmark::State& state, bool grouped) {
   std::vector<uint16_t> k(static_cast<size_t>(n * stride), 0x3c00), v(static_cast<size_t>(n * stride), 0x3800);
   for (auto _ : state) {
     if (grouped)
-      graft::runtime::attend_f16(q.data(), k.data(), v.data(), stride, n, hd, 0.125f, scores.data(), out.data(), heads);
+      graft::compute::attend_f16(q.data(), k.data(), v.data(), stride, n, hd, 0.125f, scores.data(), out.data(), heads);
     else
       for (int64_t h = 0; h < heads; ++h)
-        graft::runtime::attend_f16(q.data() + h * hd, k.data(), v.data(), stride, n, hd, 0.125f, scores.data() + h * n,
+        graft::compute::attend_f16(q.data() + h * hd, k.data(), v.data(), stride, n, hd, 0.125f, scores.data() + h * n,
                                    out.data() + h * hd);
     benchmark::DoNotOptimize(out.data());
   }

@@ -44,7 +44,7 @@ void BM_LoraDecode(benchmark::State& state) {
     state.SkipWithError("set GRAFT_BENCH_MODEL and GRAFT_BENCH_LORA");
     return;
   }
-  runtime::ThreadPool pool(static_cast<int>(state.range(0)));
+  ThreadPool pool(static_cast<int>(state.range(0)));
   static model::LoadedModel m = [&] {
     model::LoadOptions o;
     if (const char* bits = std::getenv("GRAFT_BENCH_QBITS"); bits && *bits) o.quantize = model::QuantSpec{std::atoi(bits), 64};

@@ -34,7 +34,7 @@ Tensor WeightAdapterSource::read_as(const std::string& name, DType dtype) const 
   }
   // Each read starts from the immutable base, so a second read cannot apply the update twice.
   const Tensor base = base_->read(name);
-  Tensor merged = merge_tensor(base, it->second, options_.policy, dtype, options_.parallel);
+  Tensor merged = merge_tensor(base, it->second, options_.policy, dtype, options_.pool);
   // The merged copy replaces the stored bytes for whoever reads through this overlay: let a
   // mapped base drop them, so fusing at load peaks near base + one tensor, not base + every
   // adapted tensor (views of the base stay valid; its pages reload if touched again).

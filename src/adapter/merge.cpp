@@ -367,7 +367,7 @@ MergePolicy parse_merge_policy(const std::string& s) {
 }
 
 Tensor merge_tensor(const Tensor& base, std::span<const PlannedUpdate> updates, MergePolicy policy, DType out_dtype,
-                    const ParallelFor& parallel) {
+                    ThreadPool* pool) {
   if (!plain_float(out_dtype))
     fail("merge: output dtype ", dtype_name(out_dtype), " is not F32, F16 or BF16 (base ", shape_str(base.shape),
          ")");
@@ -399,8 +399,8 @@ Tensor merge_tensor(const Tensor& base, std::span<const PlannedUpdate> updates, 
   auto buf = std::make_shared_for_overwrite<uint8_t[]>(static_cast<size_t>(plan.out_row_bytes * rows));
   plan.out = buf.get();
   auto work = [&plan](int64_t b, int64_t e) { merge_rows(plan, b, e); };
-  if (parallel)
-    parallel(rows, work);
+  if (pool)
+    pool->parallel_for(rows, work, 16);
   else
     work(0, rows);
   Tensor result;

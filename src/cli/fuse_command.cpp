@@ -19,7 +19,7 @@
 #include "graft/io/checkpoint_writer.h"
 #include "graft/io/safetensors.h"
 #include "graft/model/fused_projections.h"
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 
 namespace graft::cli {
 
@@ -77,11 +77,11 @@ int run_fuse(const FuseArgs& a) {
   // quantized weight is written dense, as mlx_lm.fuse --dequantize does).
   auto plan = bind_for_fuse(base, uses, a.dequantize);
 
-  runtime::ThreadPool pool(a.threads);
+  ThreadPool pool(a.threads);
   adapter::AdaptedSourceOptions opts;
   opts.policy = policy;
   opts.dtype = dtype;
-  opts.parallel = [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn, 16); };
+  opts.pool = &pool;
   std::shared_ptr<const io::TensorSource> source = adapter::make_weight_adapter_source(base.source, plan, opts);
   // A fused family is read split (model/fused_projections.h) and written in its own layout again.
   if (base.config) source = model::join_fused_projections(source, *base.config);

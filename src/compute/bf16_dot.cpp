@@ -13,7 +13,7 @@
 #include "compute/bf16_dot_internal.h"
 #include "compute/matmul_internal.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace {
 bool detect_bf16_dot() {
@@ -125,4 +125,4 @@ void matmul_bf16_dot_reference(const float* x, int64_t m, int64_t k, const Tenso
   }
 }
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

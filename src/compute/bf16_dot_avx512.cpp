@@ -14,7 +14,7 @@
 #include "compute/matmul_internal.h"
 #include "compute/q8_simd.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 namespace {
 
 #define GRAFT_BF16_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
@@ -158,4 +158,4 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"))) vo
   }
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 // Rows [i0, i1) of x [*, k] rounded to BF16 by vcvtne2ps2bf16 into out [*, kp] (the padding is
 // left as it is: zero).
@@ -12,4 +12,4 @@ void round_rows_bf16_avx512(const float* x, int64_t k, int64_t kp, uint16_t* out
 void bf16_dot_cols_avx512(const uint16_t* x, int64_t m, int64_t k, int64_t kp, const uint16_t* w, int64_t n, float* y,
                           bool accumulate, int64_t j0, int64_t j1);
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -8,7 +8,7 @@
 #include "graft/core/error.h"
 #include "compute/interleaved_blocks.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace {
 constexpr int64_t kRows = kInterleavedRows;
@@ -80,4 +80,4 @@ void deinterleave_affine_row(const InterleavedBlocks& b, int64_t j, uint32_t* pa
   }
 }
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

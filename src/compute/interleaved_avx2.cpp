@@ -7,7 +7,7 @@
 
 #include "compute/interleaved_blocks.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 #define GRAFT_I256 __attribute__((target("avx2,fma,f16c"), always_inline)) inline
 #define GRAFT_I256_FN __attribute__((target("avx2,fma,f16c")))
@@ -64,4 +64,4 @@ void interleaved_group_avx2(const InterleavedBlocks& b, const Q8Activations& act
   group_by_format<Avx2Dot>(b, act, g, out);
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -18,7 +18,7 @@
 
 #include "compute/interleaved_blocks.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 #define GRAFT_I512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
 #define GRAFT_I512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -179,4 +179,4 @@ void interleaved_group_avx512(const InterleavedBlocks& b, const Q8Activations& a
   with_kind(b.kind, [&]<InterleavedKind K>() { group_all<K>(b, act, g, out); });
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

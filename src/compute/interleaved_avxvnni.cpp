@@ -10,7 +10,7 @@
 
 #include "compute/interleaved_blocks.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 #define GRAFT_I256 __attribute__((target("avxvnni,avx2,fma,f16c"), always_inline)) inline
 #define GRAFT_I256_FN __attribute__((target("avxvnni,avx2,fma,f16c")))
@@ -41,4 +41,4 @@ void interleaved_group_avxvnni(const InterleavedBlocks& b, const Q8Activations& 
   group_by_format<VnniDot>(b, act, g, out);
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -14,7 +14,7 @@
 
 #include "graft/core/error.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace {
 constexpr int64_t kRows = kInterleavedRows;
@@ -284,4 +284,4 @@ void interleaved_cols(const InterleavedBlocks& b, const Q8Activations& act, floa
 }
 
 }  // namespace detail
-}  // namespace graft::runtime
+}  // namespace graft::compute

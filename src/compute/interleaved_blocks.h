@@ -29,10 +29,10 @@
 
 #include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 #include "compute/matmul_q8.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 // Weight rows per interleaved group (one per 32-bit lane of a 512-bit vector) and columns per block.
 inline constexpr int64_t kInterleavedRows = 16;
@@ -239,4 +239,4 @@ void for_row_tiles(int64_t i, int64_t m, Tile&& tile) {
 }
 
 }  // namespace detail
-}  // namespace graft::runtime
+}  // namespace graft::compute

@@ -16,7 +16,7 @@
 #include "graft/core/gguf_blocks.h"
 #include "compute/interleaved_blocks.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace {
 constexpr int64_t kRows = kInterleavedRows;
@@ -141,4 +141,4 @@ std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, Thread
   return out;
 }
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

@@ -12,7 +12,7 @@
 #include "graft/core/gguf_blocks.h"
 #include "compute/interleaved_blocks.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace {
 constexpr int64_t kRows = kInterleavedRows;
@@ -107,4 +107,4 @@ void deinterleave_q6_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) 
   }
 }
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

@@ -14,7 +14,7 @@
 #include "compute/matmul_internal.h"
 #include "compute/matmul_q8.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace {
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
@@ -255,4 +255,4 @@ void lora_up_add_q8(const UpQ8& b, const int8_t* q_low, int32_t offset, float d_
   detail::lora_up_add_q8_with(detail::best_q8_kernel(), b, q_low, offset, d_low, s, c0, c1, y);
 }
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

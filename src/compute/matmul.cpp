@@ -9,7 +9,7 @@
 #include "compute/matmul_internal.h"
 #include "compute/matmul_q8.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace detail {
 
@@ -130,4 +130,4 @@ const char* matmul_q8_kernel() { return detail::q8_kernel_name(detail::best_q8_k
 
 const char* matmul_isa() { return detail::best_isa() == detail::Isa::Avx512 ? "avx512" : "avx2"; }
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

@@ -13,7 +13,7 @@
 #include "graft/compute/kernels.h"
 #include "compute/matmul_internal.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace {
 
@@ -207,4 +207,4 @@ void matmul_affine(ThreadPool& pool, const float* x, int64_t m, int64_t k, const
       grain);
 }
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

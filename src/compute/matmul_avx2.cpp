@@ -9,7 +9,7 @@
 #include "graft/core/tensor.h"
 #include "compute/matmul_internal.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 namespace {
 
 #define GRAFT_KATTR __attribute__((target("avx2,fma,f16c")))
@@ -66,4 +66,4 @@ struct Avx2 {
 
 void matmul_cols_avx2(const MatmulArgs& a, int64_t j0, int64_t j1) { mm_cols<Avx2>(a, j0, j1); }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

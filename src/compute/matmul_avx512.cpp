@@ -13,7 +13,7 @@
 #include "compute/matmul_internal.h"
 #include "compute/q8_simd.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 namespace {
 
 #define GRAFT_KATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -69,4 +69,4 @@ struct Avx512 {
 
 void matmul_cols_avx512(const MatmulArgs& a, int64_t j0, int64_t j1) { mm_cols<Avx512>(a, j0, j1); }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

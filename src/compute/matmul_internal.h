@@ -1,11 +1,11 @@
-// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): the per-ISA matmul kernels behind graft::runtime::matmul().
+// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): the per-ISA matmul kernels behind graft::compute::matmul().
 #pragma once
 #include <cstdint>
 
 #include "graft/core/dtype.h"
 #include "graft/core/tensor.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 // Distinct element types so kernels can overload on the weight format (both are 16-bit patterns).
 struct bf16_t { uint16_t bits; };
@@ -46,4 +46,4 @@ void check_matmul_args(const char* who, const float* x, int64_t m, int64_t k, co
 // Below this many multiply-adds per parallel_for chunk the dispatch costs more than it saves.
 constexpr int64_t kMinChunkWork = 32 * 1024;
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

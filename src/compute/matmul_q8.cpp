@@ -16,7 +16,7 @@
 
 #include "graft/core/error.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 namespace {
 
@@ -410,4 +410,4 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
       grain);
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -18,7 +18,7 @@
 #include "graft/compute/kernels.h"
 #include "compute/quant_formats.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 enum class Q8Kernel { Scalar, Scalar16, Avx2, AvxVnni, Avx512Vnni };
 
@@ -124,4 +124,4 @@ void blocks_cols(Q8Kernel kernel, const Q8Activations& act, const Tensor& w, flo
 void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k, const Tensor& w,
                    float* y, bool accumulate, const ColumnEpilogue* epilogue, bool allow_fused = true);
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

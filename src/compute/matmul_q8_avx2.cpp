@@ -7,7 +7,7 @@
 #include "compute/matmul_q8.h"
 #include "compute/q8_simd.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 __attribute__((target("avx2,fma"))) float q8_dot_avx2(const int8_t* wq, const float* wa4, const int8_t* xq,
                                                       const float* xd4, int64_t k, bool signed_codes) {
@@ -25,4 +25,4 @@ __attribute__((target("avx2,fma"))) float q8_dot_avx2(const int8_t* wq, const fl
   return hsum8(acc);
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

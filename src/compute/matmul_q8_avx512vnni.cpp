@@ -13,7 +13,7 @@
 #include "compute/matmul_q8.h"
 #include "compute/q8_simd.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 #define GRAFT_VNNI512_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
@@ -48,4 +48,4 @@ GRAFT_VNNI512_ATTR float q8_dot_avx512vnni(const int8_t* wq, const float* wa4, c
   return hsum16(acc);
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

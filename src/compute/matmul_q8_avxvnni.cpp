@@ -7,7 +7,7 @@
 #include "compute/matmul_q8.h"
 #include "compute/q8_simd.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 #define GRAFT_VNNI_ATTR __attribute__((target("avxvnni,avx2,fma")))
 
@@ -30,4 +30,4 @@ GRAFT_VNNI_ATTR float q8_dot_avxvnni(const int8_t* wq, const float* wa4, const i
   return hsum8(acc);
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -26,7 +26,7 @@
 #include "compute/q8_simd.h"
 #include "compute/quant_formats.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 #define GRAFT_F512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
 #define GRAFT_F512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -343,4 +343,4 @@ Q8FusedWeightRows q8_fused4_avx512vnni(DType t) {
   }
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -12,7 +12,7 @@
 #include "compute/q8_simd.h"
 #include "compute/quant_formats.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 #define GRAFT_F256 __attribute__((target("avx2,fma,f16c"), always_inline)) inline
 #define GRAFT_F256_FN __attribute__((target("avx2,fma,f16c")))
@@ -222,4 +222,4 @@ Q8FusedRows fused_for(DType t) {
 Q8FusedRows q8_fused_avx2(DType t) { return fused_for<false>(t); }
 Q8FusedRows q8_fused_avx2_16lane(DType t) { return fused_for<true>(t); }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -10,7 +10,7 @@
 
 #include "graft/core/dtype.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace {
 
@@ -345,4 +345,4 @@ void scale(float* x, float a, int64_t n) {
   for (; i < n; ++i) x[i] *= a;
 }
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), the tree of hsum8 in matmul_q8.cpp's scalar models.
 inline float hsum8(__m256 v) {
@@ -74,4 +74,4 @@ inline __m256i bits_to_0x10(const uint8_t* p) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

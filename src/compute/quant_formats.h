@@ -15,7 +15,7 @@
 
 #include "graft/core/dtype.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 struct QuantFormat {
   DType type;
@@ -39,4 +39,4 @@ inline float f16_at(const uint8_t* p) {  // exact, as f16_to_f32 (F16C is the bu
   return _cvtsh_ss(h);
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -6,7 +6,7 @@
 #include "graft/core/gguf_blocks.h"
 #include "compute/quant_formats.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 namespace {
 
@@ -137,4 +137,4 @@ const QuantFormat* quant_format_kquants(DType t) {
   return nullptr;
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -9,7 +9,7 @@
 #include "compute/q8_simd.h"
 #include "compute/quant_formats.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 
 namespace {
 
@@ -100,4 +100,4 @@ const QuantFormat* quant_format(DType t) {
   return quant_format_kquants(t);
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -7,7 +7,7 @@
 // of its own: every decision comes from that word, and a successful compare-and-swap on it proves
 // the job (and so the fn/n it read before) is still the current one. The caller returns when every chunk has finished, without waiting for sleeping workers
 // to wake; a late worker finds nothing left and goes back to waiting.
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 
 #include "graft/core/error.h"
 
@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-namespace graft::runtime {
+namespace graft {
 
 namespace {
 // How long an idle worker polls for the next job before it sleeps. Decode issues a parallel_for
@@ -183,4 +183,4 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (p.err) std::rethrow_exception(p.err);
 }
 
-}  // namespace graft::runtime
+}  // namespace graft

@@ -35,13 +35,12 @@ std::vector<AdapterInfo> adapter_infos(const EngineOptions& o, bool digests = tr
   return infos;
 }
 
-model::LoadedModel load(const EngineOptions& o, runtime::ThreadPool& pool) {
+model::LoadedModel load(const EngineOptions& o, ThreadPool& pool) {
   if (o.fuse && o.init_without_apply)
     fail_as(ErrorKind::kBadRequest,
             "--lora-init-without-apply and --lora-fuse exclude each other: fused adapters cannot start at scale 0");
   model::LoadOptions load = o.load;
-  if (!load.parallel)
-    load.parallel = [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn, 16); };
+  if (!load.pool) load.pool = &pool;
   if (o.fuse) load.fused_adapters.insert(load.fused_adapters.end(), o.adapters.begin(), o.adapters.end());
   model::LoadedModel m = model::load_model(o.model, load);
   runtime::prepare_weights(m.weights, pool, o.activations);
@@ -49,7 +48,7 @@ model::LoadedModel load(const EngineOptions& o, runtime::ThreadPool& pool) {
 }
 
 std::shared_ptr<const runtime::LoraSet> unfused_set(const EngineOptions& o, const model::LoadedModel& m,
-                                                    runtime::ThreadPool& pool) {
+                                                    ThreadPool& pool) {
   if (o.fuse || o.adapters.empty() || o.dynamic_adapters) return nullptr;
   auto set = runtime::make_lora_set(m.config, *m.source, o.adapters, o.lora_dtype);
   runtime::prepare_lora_set(*set, m.weights, pool);  // DoRA row norms once, at load
@@ -106,7 +105,7 @@ Engine::Engine(EngineOptions options)
 
 std::shared_ptr<const runtime::LoraAdapter> Engine::build_adapter(const adapter::AdapterUse& use) const {
   auto set = runtime::make_lora_set(model_.config, *model_.source, {adapter::AdapterUse{use.adapter, 1.0f}}, lora_dtype_);
-  runtime::ThreadPool one(1);  // the engine's pool belongs to the batching thread
+  ThreadPool one(1);  // the engine's pool belongs to the batching thread
   runtime::prepare_lora_set(*set, model_.weights, one);
   return set->adapters.at(0);
 }

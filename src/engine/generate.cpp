@@ -4,7 +4,7 @@
 
 namespace graft::engine {
 
-GenerateResult generate(runtime::ThreadPool& pool, runtime::Transformer& model, const text::Tokenizer& tokenizer,
+GenerateResult generate(ThreadPool& pool, runtime::Transformer& model, const text::Tokenizer& tokenizer,
                         runtime::KVCache& cache, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                         const TextCallback& on_text) {
   SequenceParams params;

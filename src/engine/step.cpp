@@ -47,7 +47,7 @@ MergedAdapters merge_adapters(const runtime::LoraSet& engine_set, std::span<Sequ
 
 }  // namespace
 
-StepResult run_step(runtime::ThreadPool& pool, runtime::Transformer& model, const runtime::LoraSet& loras,
+StepResult run_step(ThreadPool& pool, runtime::Transformer& model, const runtime::LoraSet& loras,
                     std::span<Sequence* const> sequences, int64_t token_budget) {
   StepResult res;
   res.outputs.resize(sequences.size());

@@ -137,7 +137,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
                                options.fuse_requantize);
     adapter::AdaptedSourceOptions ao;
     ao.policy = options.merge_policy;
-    ao.parallel = options.parallel;
+    ao.pool = options.pool;
     ao.dtype = options.weight_dtype;  // merge straight into the load dtype: one rounding, not two
     weights_source = adapter::make_weight_adapter_source(src.source, plan, ao);
     if (quantized)

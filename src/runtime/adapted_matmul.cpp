@@ -12,7 +12,7 @@ void matmul_adapted(ThreadPool& pool, const float* x, int64_t m, std::span<const
     parts.push_back(std::make_unique<TermsDown>(pool, d.terms, m, *d.scales));
     first.insert(first.end(), parts.back()->targets().begin(), parts.back()->targets().end());
   }
-  std::vector<ColumnEpilogue> epilogues(targets.size());
+  std::vector<compute::ColumnEpilogue> epilogues(targets.size());
   std::vector<MatmulTarget> mm(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     const AdaptedTarget& t = targets[i];

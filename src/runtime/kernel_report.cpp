@@ -30,13 +30,13 @@ std::string describe_kernels(const model::ModelWeights& w) {
   std::string s = "weights:";
   for (const auto& [name, count] : formats) s += " " + name + " x" + std::to_string(count);
   s += " | kernels:";
-  if (dense) s += std::string(" dense ") + matmul_isa();
+  if (dense) s += std::string(" dense ") + compute::matmul_isa();
   if (bf16_dot) s += " bf16-dot bf16-activations avx512bf16 (vdpbf16ps)";
-  if (blocks) s += std::string(" gguf-blocks q8-activations ") + matmul_q8_kernel();
-  if (f32_blocks) s += std::string(" gguf-blocks f32-activations (dequantized per tile) ") + matmul_isa();
+  if (blocks) s += std::string(" gguf-blocks q8-activations ") + compute::matmul_q8_kernel();
+  if (f32_blocks) s += std::string(" gguf-blocks f32-activations (dequantized per tile) ") + compute::matmul_isa();
   if (interleaved) s += " (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K rows interleaved x16)";
   if (affine_interleaved)
-    s += std::string(" mlx-affine q8-activations ") + matmul_q8_kernel() + " (affine 4/8-bit rows interleaved x16)";
+    s += std::string(" mlx-affine q8-activations ") + compute::matmul_q8_kernel() + " (affine 4/8-bit rows interleaved x16)";
   if (affine) s += " mlx-affine f32-activations avx2";
   return s;
 }

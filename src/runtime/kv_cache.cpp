@@ -114,13 +114,13 @@ void attend_cached(const KVCache& cache, int64_t layer, int64_t first, int64_t n
   const int64_t stride = cache.kv_dim();
   switch (cache.dtype()) {
     case DType::F32:
-      return attend(q, cache.key_f32(layer, first) + offset, cache.value_f32(layer, first) + offset, stride, n, hd,
+      return compute::attend(q, cache.key_f32(layer, first) + offset, cache.value_f32(layer, first) + offset, stride, n, hd,
                     scale, scores, out, heads, softcap);
     case DType::F16:
-      return attend_f16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
+      return compute::attend_f16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
                         scale, scores, out, heads, softcap);
     default:
-      return attend_bf16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
+      return compute::attend_bf16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
                          scale, scores, out, heads, softcap);
   }
 }

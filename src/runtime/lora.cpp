@@ -265,10 +265,10 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
         t.a = factor_in(t.a, *factor_dtype, "A [r, in]", tensor, path);
         if (*factor_dtype == DType::Q8_0) {
           const int64_t rows = t.b.shape[0], r = t.b.shape[1];
-          t.up_q8 = std::make_shared<const UpQ8>(quantize_up_q8(rows_to_f32(t.b, 0, rows).data(), rows, r));
+          t.up_q8 = std::make_shared<const compute::UpQ8>(compute::quantize_up_q8(rows_to_f32(t.b, 0, rows).data(), rows, r));
           t.bt = Tensor();
           t.down = model::Matrix::of(t.a);
-          t.down.interleaved = interleave_enabled(DType::Q8_0) ? interleave_blocks(t.a) : nullptr;
+          t.down.interleaved = compute::interleave_enabled(DType::Q8_0) ? compute::interleave_blocks(t.a) : nullptr;
         } else {
           t.bt = factor_in(t.bt, *factor_dtype, "B^T [r, out]", tensor, path);
         }

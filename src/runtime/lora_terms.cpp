@@ -164,7 +164,7 @@ void TermsDown::finish() const {
     for (int64_t j = 0; j < n_; ++j) {
       float* row = terms_[i].low + j * width;
       int32_t offset = 0;
-      row[0] = quantize_low_q8(f32_[i].data() + j * r, r, t.up_q8->r4, reinterpret_cast<int8_t*>(row + 2), &offset);
+      row[0] = compute::quantize_low_q8(f32_[i].data() + j * r, r, t.up_q8->r4, reinterpret_cast<int8_t*>(row + 2), &offset);
       std::memcpy(row + 1, &offset, 4);
     }
   }
@@ -189,10 +189,10 @@ void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t 
   if (t.up_q8) {
     int32_t offset;
     std::memcpy(&offset, low + 1, 4);
-    lora_up_add_q8(*t.up_q8, reinterpret_cast<const int8_t*>(low + 2), offset, low[0], s, c0 - t.row0, c1 - t.row0,
+    compute::lora_up_add_q8(*t.up_q8, reinterpret_cast<const int8_t*>(low + 2), offset, low[0], s, c0 - t.row0, c1 - t.row0,
                    y + c0);
   } else {
-    lora_up_add(t.bt, low, s, c0 - t.row0, c1 - t.row0, y + c0);
+    compute::lora_up_add(t.bt, low, s, c0 - t.row0, c1 - t.row0, y + c0);
   }
   if (!t.dora) return;
   // y = f(σ) ⊙ (y + σ·u): the factors formed in the down pass (or here, if more scales than the

@@ -30,35 +30,35 @@ constexpr int kChunksPerThread = 4;
 }  // namespace
 
 void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate,
-            const ColumnEpilogue* epilogue) {
+            const compute::ColumnEpilogue* epilogue) {
   if (w.interleaved) {
-    const InterleavedBlocks& b = *w.interleaved;
+    const compute::InterleavedBlocks& b = *w.interleaved;
     if (m == 0 || b.n == 0) return;
     if (!x || !y) fail("matmul: null x or output pointer");
-    detail::Q8Activations act;
-    detail::quantize_activations(x, m, b.k, act, &pool);
-    const detail::Q8Kernel q8 = detail::best_q8_kernel();
-    detail::prepare_interleaved(act, q8, pool);
+    compute::detail::Q8Activations act;
+    compute::detail::quantize_activations(x, m, b.k, act, &pool);
+    const compute::detail::Q8Kernel q8 = compute::detail::best_q8_kernel();
+    compute::detail::prepare_interleaved(act, q8, pool);
     const int64_t groups = b.groups();
-    const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
+    const int64_t grain = std::max<int64_t>(1, compute::detail::kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
     pool.parallel_for(
         groups,
         [&](int64_t g0, int64_t g1) {
           const int64_t j0 = g0 * kGroupCols, j1 = std::min(b.n, g1 * kGroupCols);
-          detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, q8);
+          compute::detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, q8);
           if (epilogue) (*epilogue)(j0, j1);
         },
         grain, kChunksPerThread);
     return;
   }
   if (w.quantized())
-    matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
+    compute::matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
   else if (w.bf16_activations)
-    matmul_bf16_dot(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+    compute::matmul_bf16_dot(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
   else if (w.f32_activations)
-    matmul_f32_activations(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+    compute::matmul_f32_activations(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
   else
-    matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+    compute::matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
 }
 
 void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> main_targets,
@@ -74,7 +74,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   // targets from a multiple of 16, so no unit holds columns of both kinds).
   std::vector<DType> block_types;  // of the GGUF block weights read as stored
   bool any_blocks = false, any_interleaved = false, any_bf16 = false;
-  std::vector<AffinePrepared> affine(targets.size());
+  std::vector<compute::AffinePrepared> affine(targets.size());
   std::vector<int64_t> start(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) {
     const model::Matrix& w = *targets[i].w;
@@ -83,12 +83,12 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
     if (w.interleaved) {  // (GGUF blocks or mlx affine: the same int8 activations)
       any_blocks = any_interleaved = true;
     } else if (w.quantized()) {
-      affine[i] = prepare_affine(x, m, k, w.quant);
+      affine[i] = compute::prepare_affine(x, m, k, w.quant);
     } else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations) {
       any_blocks = true;
       block_types.push_back(w.dense.dtype);
     } else {
-      detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y);
+      compute::detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y);
       if (w.bf16_activations && w.dense.dtype != DType::BF16)
         fail_as(ErrorKind::kInternal, "matmul_many: bf16 activations on a ", dtype_name(w.dense.dtype), " matrix");
       any_bf16 = any_bf16 || w.bf16_activations;
@@ -96,13 +96,13 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
     start[i + 1] = start[i] + w.rows;
     if (i + 1 == n_first) start[i + 1] = (start[i + 1] + kGroupCols - 1) / kGroupCols * kGroupCols;
   }
-  const detail::Q8Kernel q8 = detail::best_q8_kernel();
-  detail::Q8Activations act;
-  if (any_blocks) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
-  if (any_interleaved) detail::prepare_interleaved(act, q8, pool);
-  Bf16Rows bf16_x;  // x rounded once for every BF16 target
-  if (any_bf16) round_rows_bf16(x, m, k, bf16_x, &pool);
-  const detail::Isa isa = detail::best_isa();
+  const compute::detail::Q8Kernel q8 = compute::detail::best_q8_kernel();
+  compute::detail::Q8Activations act;
+  if (any_blocks) compute::detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
+  if (any_interleaved) compute::detail::prepare_interleaved(act, q8, pool);
+  compute::Bf16Rows bf16_x;  // x rounded once for every BF16 target
+  if (any_bf16) compute::round_rows_bf16(x, m, k, bf16_x, &pool);
+  const compute::detail::Isa isa = compute::detail::best_isa();
   // Columns [g0, g1) of the concatenated space, each target's epilogue on its own columns: both
   // (kernel then epilogue, target by target), or only the kernels, or only the epilogues.
   enum Pass { kBoth, kKernels, kEpilogues };
@@ -116,15 +116,15 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         continue;
       }
       if (w.interleaved)
-        detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
+        compute::detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
       else if (w.quantized())
-        affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
+        compute::affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
       else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations)
-        detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
+        compute::detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
       else if (w.bf16_activations)
-        bf16_dot_cols(bf16_x, w.dense, targets[i].y, false, j0, j1);
+        compute::bf16_dot_cols(bf16_x, w.dense, targets[i].y, false, j0, j1);
       else
-        detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
+        compute::detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
       if (pass == kBoth && targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
     }
   };
@@ -140,7 +140,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   // then its epilogue, as before.
   const int64_t first_end = start[n_first], first_units = first_end / kGroupCols;
   const int64_t units = (start.back() - first_end + kGroupCols - 1) / kGroupCols;
-  const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
+  const int64_t grain = std::max<int64_t>(1, compute::detail::kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
   std::atomic<int64_t> next{0}, done{0};
   std::atomic<bool> ready{first_units == 0};
   std::exception_ptr first_error;
@@ -186,16 +186,16 @@ int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool, Activations a) {
     return 0;
   }
   if (!m.quantized() && m.dense.dtype == DType::BF16) {
-    m.bf16_activations = bf16_dot_supported();
+    m.bf16_activations = compute::bf16_dot_supported();
     return 0;
   }
   if (m.interleaved) return 0;
   if (m.quantized()) {
-    if (!interleave_enabled_affine()) return 0;
-    m.interleaved = interleave_affine(m.quant, &pool);
+    if (!compute::interleave_enabled_affine()) return 0;
+    m.interleaved = compute::interleave_affine(m.quant, &pool);
   } else {
-    if (!interleave_enabled(m.dense.dtype)) return 0;
-    m.interleaved = interleave_blocks(m.dense, &pool);
+    if (!compute::interleave_enabled(m.dense.dtype)) return 0;
+    m.interleaved = compute::interleave_blocks(m.dense, &pool);
   }
   return m.interleaved->nbytes();
 }

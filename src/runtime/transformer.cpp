@@ -240,7 +240,7 @@ void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const Seq
 }
 
 Transformer::GluFn Transformer::glu() const {
-  return config_.activation == model::Activation::GeluTanh ? gelu_tanh_mul : silu_mul;
+  return config_.activation == model::Activation::GeluTanh ? compute::gelu_tanh_mul : compute::silu_mul;
 }
 
 std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const SequenceInput> batch) {
@@ -299,20 +299,20 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   const RowGroups groups = group_rows(seq_of_row);
   embed_rows(batch, x.data(), groups);
   // Gemma: hidden = embedding * sqrt(hidden_size), the normalizer rounded to F32 as transformers does.
-  if (c.scale_embeddings) scale(x.data(), static_cast<float>(std::sqrt(static_cast<double>(H))), T * H);
+  if (c.scale_embeddings) compute::scale(x.data(), static_cast<float>(std::sqrt(static_cast<double>(H))), T * H);
   const float eps = static_cast<float>(c.rms_norm_eps);
   auto norm_rows = [&](const float* in, const Tensor& w, float* out) {
     pool.parallel_for(
         T,
         [&](int64_t b, int64_t e) {
-          for (int64_t r = b; r < e; ++r) rms_norm(in + r * H, w.as<float>(), H, eps, out + r * H);
+          for (int64_t r = b; r < e; ++r) compute::rms_norm(in + r * H, w.as<float>(), H, eps, out + r * H);
         },
         rows_per_chunk(H));
   };
   // A sublayer's output joins the residual stream, through its post-norm under sandwich_norms.
   auto add_residual = [&](float* out, const Tensor& post_norm) {
     if (c.sandwich_norms) norm_rows(out, post_norm, out);
-    add(x.data(), out, T * H);
+    compute::add(x.data(), out, T * H);
   };
   const GluFn glu = this->glu();
   const ExpertRows sparse_rows = c.num_experts > 0 ? expert_rows(groups, T) : ExpertRows{};  // for every sparse layer
@@ -327,9 +327,9 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
         float* kr = &k[r * KVD];
         if (c.qk_norm) {
           for (int64_t h = 0; h < c.num_heads; ++h)
-            rms_norm(qr + h * c.head_dim, L.q_norm.as<float>(), c.head_dim, eps, qr + h * c.head_dim);
+            compute::rms_norm(qr + h * c.head_dim, L.q_norm.as<float>(), c.head_dim, eps, qr + h * c.head_dim);
           for (int64_t h = 0; h < c.num_kv_heads; ++h)
-            rms_norm(kr + h * c.head_dim, L.k_norm.as<float>(), c.head_dim, eps, kr + h * c.head_dim);
+            compute::rms_norm(kr + h * c.head_dim, L.k_norm.as<float>(), c.head_dim, eps, kr + h * c.head_dim);
         }
         const std::vector<float>& inv_freq = c.layer_slides(l) ? inv_freq_local_ : inv_freq_;
         apply_rope(qr, c.num_heads, c.head_dim, c.rope_dims(), rows[r].pos, inv_freq);
@@ -372,7 +372,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   }
   const int64_t R = static_cast<int64_t>(out_rows.size());
   std::vector<float> hn(R * H);
-  for (int64_t i = 0; i < R; ++i) rms_norm(&x[out_rows[i] * H], weights_.final_norm.as<float>(), H, eps, &hn[i * H]);
+  for (int64_t i = 0; i < R; ++i) compute::rms_norm(&x[out_rows[i] * H], weights_.final_norm.as<float>(), H, eps, &hn[i * H]);
   std::vector<float> logits(R * c.vocab_size);
   std::vector<int64_t> seq_of_out;
   for (int64_t r : out_rows) seq_of_out.push_back(seq_of_row[static_cast<size_t>(r)]);
@@ -390,14 +390,14 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
             n,
             [&](int64_t b, int64_t e) {
               for (int64_t t = b; t < e; ++t)
-                rms_norm(&x[(r + t) * H], weights_.final_norm.as<float>(), H, eps, out + t * H);
+                compute::rms_norm(&x[(r + t) * H], weights_.final_norm.as<float>(), H, eps, out + t * H);
             },
             rows_per_chunk(H));
       }
       r += n;
     }
   }
-  if (c.final_logit_softcap) soft_cap(logits.data(), R * c.vocab_size, static_cast<float>(*c.final_logit_softcap));
+  if (c.final_logit_softcap) compute::soft_cap(logits.data(), R * c.vocab_size, static_cast<float>(*c.final_logit_softcap));
   for (const auto& s : batch) s.cache->advance(static_cast<int64_t>(s.tokens.size()));
   return logits;
 }

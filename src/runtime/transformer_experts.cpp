@@ -131,7 +131,7 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
   std::vector<int64_t> order(static_cast<size_t>(E));
   for (int64_t r = 0; r < m; ++r) {
     float* p = &probs[static_cast<size_t>(r * E)];
-    softmax(p, E);
+    compute::softmax(p, E);
     for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
     std::partial_sort(order.begin(), order.begin() + K, order.end(),
                       [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "graft/core/tensor.h"
-#include "graft/runtime/kernels.h"
+#include "graft/compute/kernels.h"
 #include "compute/matmul_internal.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 namespace {
 
 #define GRAFT_KATTR
@@ -96,4 +96,4 @@ TEST(MatmulEmu16, MatchesReferenceExactAcrossSplits) {
 }
 
 }  // namespace
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

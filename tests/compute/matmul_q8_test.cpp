@@ -21,13 +21,17 @@
 
 #include "graft/core/error.h"
 #include "graft/core/gguf_blocks.h"
-#include "graft/runtime/kernels.h"
-#include "graft/compute/thread_pool.h"
+#include "graft/compute/kernels.h"
+#include "graft/core/thread_pool.h"
 #include "compute/matmul_q8.h"
-#include "q8_test_util.h"
+#include "support/q8_test_util.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 namespace {
+
+using test::random_blocks;
+using test::random_x;
+using test::check_activation_rounding;
 
 const DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
                           DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
@@ -208,4 +212,4 @@ TEST(MatmulQ8, PublicMatmulAccumulatesAndRunsTheEpilogueOnEveryColumn) {
 }
 
 }  // namespace
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -10,7 +10,7 @@
 #include "graft/core/tensor.h"
 #include "graft/compute/ops.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 namespace {
 
 std::vector<float> randv(int64_t n, uint32_t seed, float lo = -3.0f, float hi = 3.0f) {
@@ -196,4 +196,4 @@ TEST(Ops, AttendHeadsEqualsOneHeadAtATime) {
 }
 
 }  // namespace
-}  // namespace graft::runtime
+}  // namespace graft::compute

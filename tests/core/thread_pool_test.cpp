@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 
-namespace graft::runtime {
+namespace graft {
 namespace {
 
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
@@ -152,4 +152,4 @@ TEST(ThreadPool, IdleWorkersSleepAndWakeUp) {
 }
 
 }  // namespace
-}  // namespace graft::runtime
+}  // namespace graft

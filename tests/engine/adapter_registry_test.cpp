@@ -11,6 +11,7 @@
 #include "graft/core/error.h"
 #include "graft/engine/engine.h"
 #include "test_paths.h"
+#include "support/errors.h"
 
 namespace graft::engine {
 namespace {
@@ -40,15 +41,7 @@ EngineOptions static_options() {
   return o;
 }
 
-ErrorKind kind_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.kind();
-  }
-  ADD_FAILURE() << "no error";
-  return ErrorKind::kInternal;
-}
+using test::kind_of;
 
 SequenceParams greedy(int64_t n = 12) {
   SequenceParams p;

@@ -37,7 +37,7 @@ float max_abs_diff(const float* a, const float* b, size_t n) {
 class Bf16DotModel : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Bf16DotModel, LogitsWithinTransformersNativeBf16Distance) {
-  if (!bf16_dot_supported()) GTEST_SKIP() << "the CPU lacks AVX512-BF16: q8 keeps the exact F32 path";
+  if (!compute::bf16_dot_supported()) GTEST_SKIP() << "the CPU lacks AVX512-BF16: q8 keeps the exact F32 path";
   const std::string dir = test::fixture(std::string("models/") + GetParam());
   ASSERT_TRUE(fs::exists(dir + "/reference.json")) << "missing fixture " << dir;
   std::ifstream in(dir + "/reference.json");

@@ -46,7 +46,7 @@ class HiddenReference : public ::testing::TestWithParam<const char*> {
   }
   std::vector<int32_t> ids(size_t p) const { return ref_["prompts"][p]["ids"].get<std::vector<int32_t>>(); }
   // One pass over the prompt with an F32 cache: its hidden rows.
-  std::vector<float> one_pass(runtime::ThreadPool& pool, const std::vector<int32_t>& prompt) const {
+  std::vector<float> one_pass(ThreadPool& pool, const std::vector<int32_t>& prompt) const {
     runtime::Transformer t(model_->config, model_->weights);
     runtime::KVCache cache(model_->config, 256, DType::F32);
     std::vector<float> rows;
@@ -66,7 +66,7 @@ class HiddenReference : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(HiddenReference, HiddenStatesMatchTransformers) {
-  runtime::ThreadPool pool(2);
+  ThreadPool pool(2);
   const int64_t H = model_->config.hidden_size;
   for (size_t p = 0; p < ref_["prompts"].size(); ++p) {
     const std::vector<int32_t> prompt = ids(p);
@@ -90,7 +90,7 @@ TEST_P(HiddenReference, HiddenStatesMatchTransformers) {
 TEST_P(HiddenReference, ChunkedPromptSharingStepsWithAGenerationGivesTheSameRows) {
   // The long prompt as an embedding, 5 tokens a step, while prompt 0 is decoded greedily in the
   // same passes: the rows equal one pass's, and the generation still matches transformers.
-  runtime::ThreadPool pool(2);
+  ThreadPool pool(2);
   runtime::Transformer t(model_->config, model_->weights);
   const std::vector<int32_t> long_prompt = ids(1);
   runtime::KVCache ce(model_->config, static_cast<int64_t>(long_prompt.size()), DType::F32);

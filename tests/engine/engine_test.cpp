@@ -12,6 +12,7 @@
 #include "graft/engine/engine.h"
 #include "graft/engine/generate.h"
 #include "test_paths.h"
+#include "support/errors.h"
 
 namespace graft::engine {
 namespace {
@@ -33,15 +34,7 @@ EngineOptions options(bool fuse = false, bool init_zero = false) {
   return o;
 }
 
-ErrorKind kind_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.kind();
-  }
-  ADD_FAILURE() << "no error";
-  return ErrorKind::kInternal;
-}
+using test::kind_of;
 
 const std::vector<int32_t> kPrompt = {5, 17, 42, 99, 3, 250, 7, 11, 64, 8};
 

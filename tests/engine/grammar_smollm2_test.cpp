@@ -13,19 +13,12 @@
 #include "graft/io/gguf.h"
 #include "graft/text/gguf_tokenizer.h"
 #include "test_paths.h"
+#include "support/json_grammar.h"
 
 namespace graft::engine {
 namespace {
 
-constexpr const char* kJson = R"~(root    ::= ws value ws
-value   ::= object | array | string | number | "true" | "false" | "null"
-object  ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
-member  ::= string ws ":" ws value
-array   ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
-string  ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number  ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws      ::= [ \t\n\r]*
-)~";
+constexpr const char* kJson = test::kJsonGbnf;
 
 struct SmolVocab {
   std::vector<std::string> bytes;

@@ -8,6 +8,7 @@
 
 #include "graft/core/error.h"
 #include "graft/engine/grammar.h"
+#include "support/json_grammar.h"
 
 namespace graft::engine {
 namespace {
@@ -297,17 +298,7 @@ TEST(GrammarConstructs, InvalidUtf8IsNeverAccepted) {
 
 // ---- whole grammars -----------------------------------------------------------------------------
 
-// A JSON grammar (full string escapes and numbers), written for these tests.
-constexpr const char* kJson = R"~(# JSON text
-root    ::= ws value ws
-value   ::= object | array | string | number | "true" | "false" | "null"
-object  ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
-member  ::= string ws ":" ws value
-array   ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
-string  ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number  ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws      ::= [ \t\n\r]*
-)~";
+constexpr const char* kJson = test::kJsonGbnf;
 
 TEST(GrammarWhole, Json) {
   auto g = parse_grammar(kJson);

@@ -151,7 +151,7 @@ TEST(SmolLM2Adapters, FourBitQuantizationAndMlxAdapterMatchMlxLm) {
 // gap 0.383, two equal for 32 steps): a near tie for a path whose logits move by ±2.
 TEST(SmolLM2Adapters, InterleavedAffineGreedyStaysNearMlxLm) {
   if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";
-  if (!interleave_enabled_affine()) GTEST_SKIP() << "no interleaved integer kernel on this CPU (or GRAFT_Q8_INTERLEAVE=0)";
+  if (!compute::interleave_enabled_affine()) GTEST_SKIP() << "no interleaved integer kernel on this CPU (or GRAFT_Q8_INTERLEAVE=0)";
   constexpr double kMaxAbs = 4.0, kNearTie = 1.0;
   const auto ref = load("smollm2/mlx_q4_reference.json");
   for (int bits : {4, 8}) {

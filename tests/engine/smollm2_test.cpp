@@ -89,7 +89,7 @@ TEST(SmolLM2, Q8KernelsStayNearTheF32Path) {
   model::LoadedModel interleaved = model::load_model(test::smollm2_gguf());
   ThreadPool prep(2);
   const bool have_interleaved = prepare_weights(interleaved.weights, prep) > 0;
-  EXPECT_EQ(have_interleaved, interleave_enabled(DType::Q4_1));
+  EXPECT_EQ(have_interleaved, compute::interleave_enabled(DType::Q4_1));
   for (const model::LoadedModel* qm : {&stored, &interleaved}) {
     if (qm == &interleaved && !have_interleaved) continue;
     const model::LoadedModel& q = *qm;

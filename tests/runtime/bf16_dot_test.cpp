@@ -40,7 +40,7 @@ Tensor bf16_weights(int64_t n, int64_t k, std::mt19937& rng, int e0 = 0, int e1 
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::uniform_int_distribution<int> e(e0, e1);
   for (int64_t i = 0; i < n * k; ++i)
-    p[i] = e0 == e1 ? f32_to_bf16(u(rng)) : round_to_bf16(std::ldexp(u(rng), e(rng)));
+    p[i] = e0 == e1 ? f32_to_bf16(u(rng)) : compute::round_to_bf16(std::ldexp(u(rng), e(rng)));
   return Tensor::owned(DType::BF16, {n, k}, std::move(bytes));
 }
 std::vector<float> activations(int64_t m, int64_t k, std::mt19937& rng, int e0 = 0, int e1 = 0) {
@@ -55,31 +55,31 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(Bf16Dot, RoundingModelPinnedCases) {
-  EXPECT_EQ(round_to_bf16(1.0f), 0x3f80);
-  EXPECT_EQ(round_to_bf16(f_of(0x3f808000)), 0x3f80);  // tie, even below
-  EXPECT_EQ(round_to_bf16(f_of(0x3f818000)), 0x3f82);  // tie, even above
-  EXPECT_EQ(round_to_bf16(f_of(0x3f808001)), 0x3f81);  // above the tie
-  EXPECT_EQ(round_to_bf16(f_of(0x3fffffff)), 0x4000);  // carry into the exponent
-  EXPECT_EQ(round_to_bf16(f_of(0x7f7fffff)), 0x7f80);  // the largest float rounds to infinity
-  EXPECT_EQ(round_to_bf16(f_of(0x00400000)), 0x0000);  // denormal -> +0
-  EXPECT_EQ(round_to_bf16(f_of(0x80400000)), 0x8000);  // denormal -> -0
-  EXPECT_EQ(round_to_bf16(-INFINITY), 0xff80);
-  EXPECT_EQ(round_to_bf16(f_of(0x7f800001)), 0x7fc0);  // signalling NaN, quieted
-  EXPECT_EQ(round_to_bf16(f_of(0xffc12345)), 0xffc1);
+  EXPECT_EQ(compute::round_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(compute::round_to_bf16(f_of(0x3f808000)), 0x3f80);  // tie, even below
+  EXPECT_EQ(compute::round_to_bf16(f_of(0x3f818000)), 0x3f82);  // tie, even above
+  EXPECT_EQ(compute::round_to_bf16(f_of(0x3f808001)), 0x3f81);  // above the tie
+  EXPECT_EQ(compute::round_to_bf16(f_of(0x3fffffff)), 0x4000);  // carry into the exponent
+  EXPECT_EQ(compute::round_to_bf16(f_of(0x7f7fffff)), 0x7f80);  // the largest float rounds to infinity
+  EXPECT_EQ(compute::round_to_bf16(f_of(0x00400000)), 0x0000);  // denormal -> +0
+  EXPECT_EQ(compute::round_to_bf16(f_of(0x80400000)), 0x8000);  // denormal -> -0
+  EXPECT_EQ(compute::round_to_bf16(-INFINITY), 0xff80);
+  EXPECT_EQ(compute::round_to_bf16(f_of(0x7f800001)), 0x7fc0);  // signalling NaN, quieted
+  EXPECT_EQ(compute::round_to_bf16(f_of(0xffc12345)), 0xffc1);
 }
 
 TEST(Bf16Dot, LaneModelOrderAndFlushing) {
-  const uint16_t one = 0x3f80, big = round_to_bf16(std::ldexp(1.0f, 24)), m_big = round_to_bf16(-std::ldexp(1.0f, 24));
+  const uint16_t one = 0x3f80, big = compute::round_to_bf16(std::ldexp(1.0f, 24)), m_big = compute::round_to_bf16(-std::ldexp(1.0f, 24));
   // The odd pair first: 1 + 2^24 rounds to 2^24 (ties to even), minus 2^24 leaves 0; the even
   // pair first would keep the 1 ((1 - 2^24) is exact, + 2^24 = 1).
-  EXPECT_EQ(bf16_dot_lane(1.0f, one, m_big, one, big), 0.0f);
-  EXPECT_EQ(bf16_dot_lane(1.0f, one, big, one, m_big), 1.0f);
+  EXPECT_EQ(compute::bf16_dot_lane(1.0f, one, m_big, one, big), 0.0f);
+  EXPECT_EQ(compute::bf16_dot_lane(1.0f, one, big, one, m_big), 1.0f);
   // Products in the denormal range flush to zero; denormal inputs read as zero.
-  const uint16_t tiny = round_to_bf16(std::ldexp(1.0f, -70));
-  EXPECT_EQ(u_of(bf16_dot_lane(0.0f, tiny, tiny, 0, 0)), 0u);
-  EXPECT_EQ(u_of(bf16_dot_lane(-0.0f, tiny, static_cast<uint16_t>(tiny | 0x8000), 0, 0)), 0x80000000u);
-  EXPECT_EQ(bf16_dot_lane(0.0f, 0x0040, round_to_bf16(std::ldexp(1.0f, 100)), 0, 0), 0.0f);
-  EXPECT_EQ(bf16_dot_lane(2.0f, one, one, one, one), 4.0f);
+  const uint16_t tiny = compute::round_to_bf16(std::ldexp(1.0f, -70));
+  EXPECT_EQ(u_of(compute::bf16_dot_lane(0.0f, tiny, tiny, 0, 0)), 0u);
+  EXPECT_EQ(u_of(compute::bf16_dot_lane(-0.0f, tiny, static_cast<uint16_t>(tiny | 0x8000), 0, 0)), 0x80000000u);
+  EXPECT_EQ(compute::bf16_dot_lane(0.0f, 0x0040, compute::round_to_bf16(std::ldexp(1.0f, 100)), 0, 0), 0.0f);
+  EXPECT_EQ(compute::bf16_dot_lane(2.0f, one, one, one, one), 4.0f);
 }
 
 TEST(Bf16Dot, RefusesNonBf16Weights) {
@@ -87,7 +87,7 @@ TEST(Bf16Dot, RefusesNonBf16Weights) {
   const Tensor w = Tensor::owned(DType::F32, {2, 4}, std::vector<uint8_t>(32));
   std::vector<float> x(4), y(2);
   try {
-    matmul_bf16_dot_reference(x.data(), 1, 4, w, y.data());
+    compute::matmul_bf16_dot_reference(x.data(), 1, 4, w, y.data());
     FAIL() << "an F32 weight was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("matmul_bf16_dot_reference: weight dtype F32 is not BF16"), std::string::npos)
@@ -96,7 +96,7 @@ TEST(Bf16Dot, RefusesNonBf16Weights) {
 }
 
 #define REQUIRE_BF16_DOT() \
-  if (!bf16_dot_supported()) GTEST_SKIP() << "the CPU lacks AVX512-BF16 (or GRAFT_BF16_DOT=0 / GRAFT_MATMUL_ISA=avx2)"
+  if (!compute::bf16_dot_supported()) GTEST_SKIP() << "the CPU lacks AVX512-BF16 (or GRAFT_BF16_DOT=0 / GRAFT_MATMUL_ISA=avx2)"
 
 TEST(Bf16Dot, VectorRoundingEqualsTheModel) {
   REQUIRE_BF16_DOT();
@@ -108,12 +108,12 @@ TEST(Bf16Dot, VectorRoundingEqualsTheModel) {
   for (int i = 0; i < 20000; ++i) x.push_back(f_of(static_cast<uint32_t>(rng())));
   for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{33}, static_cast<int64_t>(x.size())}) {
     const int64_t m = static_cast<int64_t>(x.size()) / k;
-    Bf16Rows r;
-    round_rows_bf16(x.data(), m, k, r);
+    compute::Bf16Rows r;
+    compute::round_rows_bf16(x.data(), m, k, r);
     ASSERT_EQ(r.kp % 32, 0);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t t = 0; t < r.kp; ++t) {
-        const uint16_t want = t < k ? round_to_bf16(x[i * k + t]) : 0;
+        const uint16_t want = t < k ? compute::round_to_bf16(x[i * k + t]) : 0;
         ASSERT_EQ(r.bits[i * r.kp + t], want) << "k " << k << " row " << i << " col " << t << " x bits 0x" << std::hex
                                               << (t < k ? u_of(x[i * k + t]) : 0u);
       }
@@ -128,11 +128,11 @@ TEST(Bf16Dot, KernelPairOrderIsTheModels) {
   x[0] = 1, x[32] = 1, x[33] = 1;
   std::vector<uint8_t> bytes(64 * 2, 0);
   auto* w = reinterpret_cast<uint16_t*>(bytes.data());
-  w[0] = 0x3f80, w[32] = round_to_bf16(-std::ldexp(1.0f, 24)), w[33] = round_to_bf16(std::ldexp(1.0f, 24));
+  w[0] = 0x3f80, w[32] = compute::round_to_bf16(-std::ldexp(1.0f, 24)), w[33] = compute::round_to_bf16(std::ldexp(1.0f, 24));
   const Tensor wt = Tensor::owned(DType::BF16, {1, 64}, std::move(bytes));
   float y = -1, want = -1;
-  matmul_bf16_dot(pool, x.data(), 1, 64, wt, &y);
-  matmul_bf16_dot_reference(x.data(), 1, 64, wt, &want);
+  compute::matmul_bf16_dot(pool, x.data(), 1, 64, wt, &y);
+  compute::matmul_bf16_dot_reference(x.data(), 1, 64, wt, &want);
   EXPECT_EQ(want, 0.0f);
   EXPECT_EQ(y, want);
 }
@@ -153,9 +153,9 @@ void expect_kernel_equals_reference(const Range& r, uint32_t seed) {
           std::vector<float> init(static_cast<size_t>(m * n));
           for (float& v : init) v = acc ? std::uniform_real_distribution<float>(-1, 1)(rng) : 0.0f;
           std::vector<float> want = init, y1 = init, y2 = init;
-          matmul_bf16_dot_reference(x.data(), m, k, w, want.data(), acc);
-          matmul_bf16_dot(one, x.data(), m, k, w, y1.data(), acc);
-          matmul_bf16_dot(two, x.data(), m, k, w, y2.data(), acc);
+          compute::matmul_bf16_dot_reference(x.data(), m, k, w, want.data(), acc);
+          compute::matmul_bf16_dot(one, x.data(), m, k, w, y1.data(), acc);
+          compute::matmul_bf16_dot(two, x.data(), m, k, w, y2.data(), acc);
           ASSERT_TRUE(same_bits(y1, want)) << "1 thread, m " << m << " k " << k << " n " << n << " acc " << acc;
           ASSERT_TRUE(same_bits(y2, want)) << "2 threads, m " << m << " k " << k << " n " << n << " acc " << acc;
         }
@@ -185,11 +185,11 @@ TEST(Bf16Dot, LargeShapesAndPrefillRowsEqualDecode) {
   const Tensor w = bf16_weights(n, k, rng);
   const std::vector<float> x = activations(m, k, rng);
   std::vector<float> y(static_cast<size_t>(m * n)), want(y.size()), row(static_cast<size_t>(n));
-  matmul_bf16_dot(two, x.data(), m, k, w, y.data());
-  matmul_bf16_dot_reference(x.data(), m, k, w, want.data());
+  compute::matmul_bf16_dot(two, x.data(), m, k, w, y.data());
+  compute::matmul_bf16_dot_reference(x.data(), m, k, w, want.data());
   ASSERT_TRUE(same_bits(y, want));
   for (int64_t i = 0; i < m; ++i) {
-    matmul_bf16_dot(two, x.data() + i * k, 1, k, w, row.data());
+    compute::matmul_bf16_dot(two, x.data() + i * k, 1, k, w, row.data());
     ASSERT_EQ(std::memcmp(row.data(), y.data() + i * n, static_cast<size_t>(n) * 4), 0) << "row " << i;
   }
 }
@@ -203,10 +203,10 @@ TEST(Bf16Dot, ErrorBoundAgainstF32Math) {
     const Tensor w = bf16_weights(n, k, rng);
     const std::vector<float> x = activations(m, k, rng);
     std::vector<float> y(static_cast<size_t>(m * n));
-    if (bf16_dot_supported())
-      matmul_bf16_dot(two, x.data(), m, k, w, y.data());
+    if (compute::bf16_dot_supported())
+      compute::matmul_bf16_dot(two, x.data(), m, k, w, y.data());
     else
-      matmul_bf16_dot_reference(x.data(), m, k, w, y.data());
+      compute::matmul_bf16_dot_reference(x.data(), m, k, w, y.data());
     const auto* wb = static_cast<const uint16_t*>(w.data);
     double worst = 0;
     for (int64_t i = 0; i < m; ++i)
@@ -233,22 +233,22 @@ TEST(Bf16Dot, MatrixDispatchFollowsTheActivations) {
   prepare_matrix(q8, two, Activations::Q8);
   prepare_matrix(second, two, Activations::Q8);
   prepare_matrix(f32, two, Activations::F32);
-  EXPECT_EQ(q8.bf16_activations, bf16_dot_supported());
+  EXPECT_EQ(q8.bf16_activations, compute::bf16_dot_supported());
   EXPECT_FALSE(f32.bf16_activations);
   std::vector<float> y(static_cast<size_t>(m * n)), want(y.size()), y2(y.size()), want2(y.size());
   // f32: the exact kernel's bits.
   matmul(two, x.data(), m, f32, y.data());
-  matmul(two, x.data(), m, k, f32.dense, want.data());
+  compute::matmul(two, x.data(), m, k, f32.dense, want.data());
   EXPECT_TRUE(same_bits(y, want));
-  if (!bf16_dot_supported()) return;
+  if (!compute::bf16_dot_supported()) return;
   // q8: the BF16 kernel's, alone and in matmul_many.
   matmul(two, x.data(), m, q8, y.data());
-  matmul_bf16_dot_reference(x.data(), m, k, q8.dense, want.data());
+  compute::matmul_bf16_dot_reference(x.data(), m, k, q8.dense, want.data());
   EXPECT_TRUE(same_bits(y, want));
   std::fill(y.begin(), y.end(), 0.0f);
   const MatmulTarget targets[] = {{&q8, y.data()}, {&second, y2.data()}};
   matmul_many(two, x.data(), m, targets);
-  matmul_bf16_dot_reference(x.data(), m, k, second.dense, want2.data());
+  compute::matmul_bf16_dot_reference(x.data(), m, k, second.dense, want2.data());
   EXPECT_TRUE(same_bits(y, want));
   EXPECT_TRUE(same_bits(y2, want2));
 }

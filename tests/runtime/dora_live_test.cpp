@@ -233,8 +233,8 @@ TEST(DoraLive, QuantizedWeightUsesDequantizedRows) {
   std::vector<float> x(in);
   for (int64_t i = 0; i < in; ++i) x[i] = std::cos(0.5f * i);
   std::vector<float> yq(out), yd(out), lq(r), ld(r);
-  matmul_affine(pool, x.data(), 1, in, q.quant, yq.data());
-  matmul(pool, x.data(), 1, in, dq.dense, yd.data());
+  compute::matmul_affine(pool, x.data(), 1, in, q.quant, yq.data());
+  compute::matmul(pool, x.data(), 1, in, dq.dense, yd.data());
   lora_term_down(pool, tq, x.data(), 1, in, q, lq.data(), {0.5f});
   lora_term_down(pool, td, x.data(), 1, in, dq, ld.data(), {0.5f});
   lora_term_up(tq, lq.data(), 0.5f, 0, out, yq.data());

@@ -26,11 +26,17 @@
 #include "graft/core/error.h"
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
-#include "q8_test_util.h"
+#include "support/q8_test_util.h"
 #include "compute/interleaved_blocks.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 namespace {
+
+using test::random_blocks;
+using test::random_x;
+using test::check_activation_rounding;
+using test::run_matrix;
+using test::expect_many_equals_each;
 
 struct Case {
   int bits, group;
@@ -65,22 +71,22 @@ AffineQuantized random_affine(const Case& c, uint32_t seed) {
   return quantize_affine(Tensor::owned(DType::F32, {c.n, c.k}, std::move(bytes)), c.bits, c.group, c.scale_dtype);
 }
 
-std::vector<float> run(const InterleavedBlocks& b, const std::vector<float>& x, int64_t m, Q8Kernel kernel) {
-  Q8Activations act;
-  quantize_activations(x.data(), m, b.k, act);
+std::vector<float> run(const compute::InterleavedBlocks& b, const std::vector<float>& x, int64_t m, Q8Kernel kernel) {
+  compute::detail::Q8Activations act;
+  compute::detail::quantize_activations(x.data(), m, b.k, act);
   ThreadPool pool(1);
-  prepare_interleaved(act, kernel, pool);
+  compute::detail::prepare_interleaved(act, kernel, pool);
   std::vector<float> y(static_cast<size_t>(m * b.n), -1.0f);
-  interleaved_cols(b, act, y.data(), b.n, false, 0, b.n, kernel);
+  compute::detail::interleaved_cols(b, act, y.data(), b.n, false, 0, b.n, kernel);
   return y;
 }
 
 TEST(InterleavedAffine, EveryRowReadsBackAsMlxStoresIt) {
   for (const Case& c : cases()) {
     const AffineQuantized q = random_affine(c, 3);
-    const auto b = interleave_affine(q);
+    const auto b = compute::interleave_affine(q);
     ASSERT_TRUE(b->affine());
-    EXPECT_EQ(b->kind, c.bits == 4 ? InterleavedKind::Affine4 : InterleavedKind::Affine8);
+    EXPECT_EQ(b->kind, c.bits == 4 ? compute::InterleavedKind::Affine4 : compute::InterleavedKind::Affine8);
     EXPECT_EQ(b->groups(), (c.n + 15) / 16);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
     EXPECT_EQ(b->group_bytes % 64, 0);
@@ -88,7 +94,7 @@ TEST(InterleavedAffine, EveryRowReadsBackAsMlxStoresIt) {
     std::vector<uint32_t> packed(static_cast<size_t>(words));
     std::vector<float> s(static_cast<size_t>(groups)), bi(s.size()), s_ref(s.size()), b_ref(s.size());
     for (int64_t j = 0; j < c.n; ++j) {
-      deinterleave_affine_row(*b, j, packed.data(), s.data(), bi.data());
+      compute::deinterleave_affine_row(*b, j, packed.data(), s.data(), bi.data());
       affine_row_params(q, j, s_ref.data(), b_ref.data());
       ASSERT_EQ(std::memcmp(packed.data(), q.packed.as<uint32_t>() + j * words, words * 4), 0) << name(c) << " row " << j;
       ASSERT_EQ(s, s_ref) << name(c) << " row " << j;
@@ -98,21 +104,21 @@ TEST(InterleavedAffine, EveryRowReadsBackAsMlxStoresIt) {
 }
 
 TEST(InterleavedAffine, RefusesTheOtherInverse) {
-  const auto b = interleave_affine(random_affine({4, 32, DType::F32, 1, 3, 64}, 1));
+  const auto b = compute::interleave_affine(random_affine({4, 32, DType::F32, 1, 3, 64}, 1));
   std::vector<uint8_t> row(64);
-  EXPECT_THROW(deinterleave_row(*b, 0, row.data()), Error);
+  EXPECT_THROW(compute::deinterleave_row(*b, 0, row.data()), Error);
 }
 
 class InterleavedAffineKernel : public ::testing::TestWithParam<Q8Kernel> {
  protected:
   void SetUp() override {
-    if (!q8_kernel_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << q8_kernel_name(GetParam());
+    if (!compute::detail::q8_kernel_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << compute::detail::q8_kernel_name(GetParam());
   }
 };
 
 TEST_P(InterleavedAffineKernel, EqualsTheBlockModel) {
   for (const Case& c : cases()) {
-    const auto b = interleave_affine(random_affine(c, 5));
+    const auto b = compute::interleave_affine(random_affine(c, 5));
     const auto x = random_x(c.m, c.k, 7);
     EXPECT_EQ(run(*b, x, c.m, GetParam()), run(*b, x, c.m, Q8Kernel::Scalar)) << name(c);
   }
@@ -127,8 +133,8 @@ TEST_P(InterleavedAffineKernel, EqualsTheBlockModelAtExtremeCodes) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < k; ++c)
       x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : i == 5 ? (c == 7 ? 3e4f : 1e-3f) : (c / (i - 1)) % 2 ? 1.0f : -1.0f;
-  Q8Activations act;
-  quantize_activations(x.data(), m, k, act);
+  compute::detail::Q8Activations act;
+  compute::detail::quantize_activations(x.data(), m, k, act);
   ASSERT_EQ(act.q[0], 127);
   ASSERT_EQ(act.q[k], -127);
   for (int bits : {4, 8})
@@ -153,19 +159,19 @@ TEST_P(InterleavedAffineKernel, EqualsTheBlockModelAtExtremeCodes) {
       };
       const AffineQuantized q = make_affine_quantized(Tensor::owned(DType::U32, {n, words}, packed), as_tensor(sc, n),
                                                       as_tensor(bi, n), bits, group, n, k, "extreme");
-      const auto b = interleave_affine(q);
+      const auto b = compute::interleave_affine(q);
       EXPECT_EQ(run(*b, x, m, GetParam()), run(*b, x, m, Q8Kernel::Scalar)) << bits << "-bit g" << group;
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(InterleavedSimd, InterleavedAffineKernel,
                          ::testing::Values(Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni),
-                         [](const auto& info) { return std::string(q8_kernel_name(info.param)); });
+                         [](const auto& info) { return std::string(compute::detail::q8_kernel_name(info.param)); });
 
 TEST(InterleavedAffine, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
   for (const Case& c : cases()) {
     const AffineQuantized q = random_affine(c, 11);
-    const auto b = interleave_affine(q);
+    const auto b = compute::interleave_affine(q);
     const auto x = random_x(c.m, c.k, 13);
     const auto got = run(*b, x, c.m, Q8Kernel::Scalar);
     const double worst = check_activation_rounding(got, x, c.m, c.k, dequantize_affine(q), name(c));
@@ -178,7 +184,7 @@ TEST(InterleavedAffine, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
 // Through the public entry points, as a model runs them.
 model::Matrix affine_matrix(const Case& c, uint32_t seed, ThreadPool& pool) {
   model::Matrix m = model::Matrix::of(random_affine(c, seed));
-  if (prepare_matrix(m, pool) == 0) m.interleaved = interleave_affine(m.quant);  // (GRAFT_Q8_INTERLEAVE=0)
+  if (runtime::prepare_matrix(m, pool) == 0) m.interleaved = compute::interleave_affine(m.quant);  // (GRAFT_Q8_INTERLEAVE=0)
   return m;
 }
 
@@ -205,7 +211,7 @@ TEST(InterleavedAffine, MatmulManyEqualsOneMatmulPerTarget) {
   const model::Matrix a4 = affine_matrix({4, 64, DType::BF16, m, 48, k}, 31, prep);
   const model::Matrix a8 = affine_matrix({8, 32, DType::F32, m, 20, k}, 37, prep);
   model::Matrix q4 = model::Matrix::of(random_blocks(DType::Q4_1, 16, k, 41));
-  q4.interleaved = interleave_blocks(q4.dense);
+  q4.interleaved = compute::interleave_blocks(q4.dense);
   const model::Matrix plain = model::Matrix::of(random_affine({4, 128, DType::BF16, m, 24, k}, 43));  // F32 kernel
   const auto x = random_x(m, k, 47);
   expect_many_equals_each({&a4, &a8, &q4, &plain}, x.data(), m);
@@ -215,19 +221,19 @@ TEST(InterleavedAffine, PrepareMatrixCopiesWhereTheKernelRunsAndSaysSo) {
   ThreadPool pool(1);
   model::ModelWeights w;
   w.lm_head = model::Matrix::of(random_affine({8, 64, DType::BF16, 1, 32, 128}, 53));
-  const int64_t bytes = prepare_weights(w, pool);
-  EXPECT_EQ(w.lm_head.interleaved != nullptr, interleave_enabled_affine());
-  EXPECT_EQ(interleave_enabled_affine(), interleave_enabled(DType::Q8_0));
+  const int64_t bytes = runtime::prepare_weights(w, pool);
+  EXPECT_EQ(w.lm_head.interleaved != nullptr, compute::interleave_enabled_affine());
+  EXPECT_EQ(compute::interleave_enabled_affine(), compute::interleave_enabled(DType::Q8_0));
   EXPECT_EQ(bytes, w.lm_head.interleaved ? w.lm_head.interleaved->nbytes() : 0);
   // 8-bit g64, 32 rows of 128 columns: two groups of 4 blocks × 512 code bytes + 2 records of 128.
   if (w.lm_head.interleaved) {
     EXPECT_EQ(w.lm_head.interleaved->group_bytes, 4 * 512 + 2 * 128);
   }
-  const std::string line = describe_kernels(w);
+  const std::string line = runtime::describe_kernels(w);
   EXPECT_NE(line.find("mlx affine 8-bit x1"), std::string::npos) << line;
-  EXPECT_EQ(line.find("affine 4/8-bit rows interleaved x16") != std::string::npos, interleave_enabled_affine()) << line;
-  EXPECT_EQ(line.find("mlx-affine avx2") != std::string::npos, !interleave_enabled_affine()) << line;
+  EXPECT_EQ(line.find("affine 4/8-bit rows interleaved x16") != std::string::npos, compute::interleave_enabled_affine()) << line;
+  EXPECT_EQ(line.find("mlx-affine avx2") != std::string::npos, !compute::interleave_enabled_affine()) << line;
 }
 
 }  // namespace
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

@@ -28,10 +28,16 @@
 #include "graft/core/gguf_blocks.h"
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
-#include "q8_test_util.h"
+#include "support/q8_test_util.h"
 
-namespace graft::runtime::detail {
+namespace graft::compute::detail {
 namespace {
+
+using test::random_blocks;
+using test::random_x;
+using test::check_activation_rounding;
+using test::run_matrix;
+using test::expect_many_equals_each;
 
 const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
 struct Shape3 { int64_t m, n, k; };
@@ -42,14 +48,14 @@ const Shape3 kShapes[] = {{1, 1, 32},   {1, 16, 96}, {3, 17, 64}, {5, 40, 576},
 // The SIMD group kernels, each tested where the CPU has it.
 const Q8Kernel kSimd[] = {Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni};
 
-std::vector<float> run(const InterleavedBlocks& b, const float* x, int64_t m, Q8Kernel kernel, int64_t j0 = 0,
+std::vector<float> run(const compute::InterleavedBlocks& b, const float* x, int64_t m, Q8Kernel kernel, int64_t j0 = 0,
                        int64_t j1 = -1) {
-  Q8Activations act;
-  quantize_activations(x, m, b.k, act);
+  compute::detail::Q8Activations act;
+  compute::detail::quantize_activations(x, m, b.k, act);
   ThreadPool pool(1);
-  prepare_interleaved(act, kernel, pool);
+  compute::detail::prepare_interleaved(act, kernel, pool);
   std::vector<float> y(static_cast<size_t>(m * b.n), -1.0f);
-  interleaved_cols(b, act, y.data(), b.n, false, j0, j1 < 0 ? b.n : j1, kernel);
+  compute::detail::interleaved_cols(b, act, y.data(), b.n, false, j0, j1 < 0 ? b.n : j1, kernel);
   return y;
 }
 
@@ -57,13 +63,13 @@ TEST(InterleavedBlocks, EveryRowReadsBackAsTheGgufRow) {
   for (DType t : kTypes)
     for (const auto& s : kShapes) {
       const Tensor w = random_blocks(t, s.n, s.k, 3);
-      const auto b = interleave_blocks(w);
+      const auto b = compute::interleave_blocks(w);
       EXPECT_EQ(b->groups(), (s.n + 15) / 16);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
       const int64_t row_bytes = dtype_bytes(t, s.k);
       std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
       for (int64_t j = 0; j < s.n; ++j) {
-        deinterleave_row(*b, j, row.data());
+        compute::deinterleave_row(*b, j, row.data());
         ASSERT_EQ(std::memcmp(row.data(), static_cast<const uint8_t*>(w.data) + j * row_bytes, row_bytes), 0)
             << dtype_name(t) << " row " << j << " of " << s.n;
       }
@@ -76,36 +82,36 @@ TEST(InterleavedBlocks, CopyOverThePoolHasTheBytesOfOneThread) {
   ThreadPool pool(3);
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const Tensor w = random_blocks(t, 70, 512, 131);  // five groups, the last one short
-    const auto one = interleave_blocks(w), pooled = interleave_blocks(w, &pool);
+    const auto one = compute::interleave_blocks(w), pooled = compute::interleave_blocks(w, &pool);
     ASSERT_EQ(one->nbytes(), pooled->nbytes()) << dtype_name(t);
     EXPECT_EQ(std::memcmp(one->base, pooled->base, static_cast<size_t>(one->nbytes())), 0) << dtype_name(t);
   }
 }
 
 TEST(InterleavedBlocks, RefusesOtherFormats) {
-  EXPECT_THROW(interleave_blocks(random_blocks(DType::Q3_K, 2, 256, 1)), Error);
-  EXPECT_THROW(interleave_q5_k(random_blocks(DType::Q4_K, 2, 256, 1)), Error);
-  EXPECT_THROW(interleave_q4_k(random_blocks(DType::Q4_0, 2, 256, 1)), Error);
-  EXPECT_THROW(interleave_q6_k(random_blocks(DType::Q4_K, 2, 256, 1)), Error);
-  EXPECT_TRUE(interleavable(DType::Q4_K));
-  EXPECT_TRUE(interleavable(DType::Q6_K));
-  EXPECT_TRUE(interleavable(DType::Q5_K));
-  EXPECT_FALSE(interleavable(DType::Q3_K));
-  EXPECT_TRUE(interleavable(DType::Q5_0));
-  EXPECT_TRUE(interleavable(DType::Q8_0));
+  EXPECT_THROW(compute::interleave_blocks(random_blocks(DType::Q3_K, 2, 256, 1)), Error);
+  EXPECT_THROW(compute::interleave_q5_k(random_blocks(DType::Q4_K, 2, 256, 1)), Error);
+  EXPECT_THROW(compute::interleave_q4_k(random_blocks(DType::Q4_0, 2, 256, 1)), Error);
+  EXPECT_THROW(compute::interleave_q6_k(random_blocks(DType::Q4_K, 2, 256, 1)), Error);
+  EXPECT_TRUE(compute::interleavable(DType::Q4_K));
+  EXPECT_TRUE(compute::interleavable(DType::Q6_K));
+  EXPECT_TRUE(compute::interleavable(DType::Q5_K));
+  EXPECT_FALSE(compute::interleavable(DType::Q3_K));
+  EXPECT_TRUE(compute::interleavable(DType::Q5_0));
+  EXPECT_TRUE(compute::interleavable(DType::Q8_0));
 }
 
 class InterleavedKernel : public ::testing::TestWithParam<Q8Kernel> {
  protected:
   void SetUp() override {
-    if (!q8_kernel_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << q8_kernel_name(GetParam());
+    if (!compute::detail::q8_kernel_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << compute::detail::q8_kernel_name(GetParam());
   }
 };
 
 TEST_P(InterleavedKernel, EqualsTheBlockModel) {
   for (DType t : kTypes)
     for (const auto& s : kShapes) {
-      const auto b = interleave_blocks(random_blocks(t, s.n, s.k, 5));
+      const auto b = compute::interleave_blocks(random_blocks(t, s.n, s.k, 5));
       const auto x = random_x(s.m, s.k, 7);
       EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
           << dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
@@ -123,8 +129,8 @@ TEST_P(InterleavedKernel, EqualsTheBlockModelAtExtremeCodes) {
   std::vector<float> x(static_cast<size_t>(m * k));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : (c / (i - 1)) % 2 ? 1.0f : -1.0f;
-  Q8Activations act;
-  quantize_activations(x.data(), m, k, act);
+  compute::detail::Q8Activations act;
+  compute::detail::quantize_activations(x.data(), m, k, act);
   ASSERT_EQ(act.q[0], 127);
   ASSERT_EQ(act.q[k], -127);
   // Weight blocks: all codes lowest (Q8_0 −128, nibble 0), all highest (127, nibble 15), or both
@@ -140,19 +146,19 @@ TEST_P(InterleavedKernel, EqualsTheBlockModelAtExtremeCodes) {
         const bool lowest = blk % 3 == 0 || (blk % 3 == 2 && c % 2 == 0);
         bytes[blk * bb + at + c] = t == DType::Q8_0 ? (lowest ? 0x80 : 0x7f) : (lowest ? 0x00 : 0xff);
       }
-    const auto b = interleave_blocks(w);
+    const auto b = compute::interleave_blocks(w);
     EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar)) << dtype_name(t);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(InterleavedSimd, InterleavedKernel, ::testing::ValuesIn(kSimd),
-                         [](const auto& info) { return std::string(q8_kernel_name(info.param)); });
+                         [](const auto& info) { return std::string(compute::detail::q8_kernel_name(info.param)); });
 
 TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
   for (DType t : kTypes)
     for (const auto& s : kShapes) {
       const Tensor w = random_blocks(t, s.n, s.k, 11);
-      const auto b = interleave_blocks(w);
+      const auto b = compute::interleave_blocks(w);
       const auto x = random_x(s.m, s.k, 13);
       const auto got = run(*b, x.data(), s.m, Q8Kernel::Scalar);
       const double worst = check_activation_rounding(got, x, s.m, s.k, w, std::string(dtype_name(t)));
@@ -163,10 +169,10 @@ TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
 }
 
 TEST(InterleavedBlocks, ColumnRangesWriteOnlyTheirColumns) {
-  const auto b = interleave_blocks(random_blocks(DType::Q4_0, 40, 96, 17));
+  const auto b = compute::interleave_blocks(random_blocks(DType::Q4_0, 40, 96, 17));
   const auto x = random_x(3, 96, 19);
-  const auto all = run(*b, x.data(), 3, best_q8_kernel());
-  const auto part = run(*b, x.data(), 3, best_q8_kernel(), 5, 21);  // cuts two groups
+  const auto all = run(*b, x.data(), 3, compute::detail::best_q8_kernel());
+  const auto part = run(*b, x.data(), 3, compute::detail::best_q8_kernel(), 5, 21);  // cuts two groups
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t j = 0; j < 40; ++j)
       EXPECT_EQ(part[i * 40 + j], j >= 5 && j < 21 ? all[i * 40 + j] : -1.0f) << "row " << i << " column " << j;
@@ -175,7 +181,7 @@ TEST(InterleavedBlocks, ColumnRangesWriteOnlyTheirColumns) {
 // Through the public entry points, as a model runs them: matmul on a prepared Matrix, matmul_many.
 model::Matrix interleaved_matrix(DType t, int64_t n, int64_t k, uint32_t seed) {
   model::Matrix m = model::Matrix::of(random_blocks(t, n, k, seed));
-  m.interleaved = interleave_blocks(m.dense);
+  m.interleaved = compute::interleave_blocks(m.dense);
   return m;
 }
 
@@ -208,22 +214,22 @@ TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
   ThreadPool pool(1);
   model::Matrix q8 = model::Matrix::of(random_blocks(DType::Q8_0, 16, 64, 47));
   model::Matrix q3k = model::Matrix::of(random_blocks(DType::Q3_K, 16, 256, 53));
-  const int64_t bytes = prepare_matrix(q8, pool);
-  EXPECT_EQ(q8.interleaved != nullptr, interleave_enabled(DType::Q8_0));
+  const int64_t bytes = runtime::prepare_matrix(q8, pool);
+  EXPECT_EQ(q8.interleaved != nullptr, compute::interleave_enabled(DType::Q8_0));
   EXPECT_EQ(bytes, q8.interleaved ? q8.interleaved->nbytes() : 0);
-  EXPECT_EQ(prepare_matrix(q3k, pool), 0);  // (read as stored)
+  EXPECT_EQ(runtime::prepare_matrix(q3k, pool), 0);  // (read as stored)
   EXPECT_EQ(q3k.interleaved, nullptr);
   model::Matrix q6k = model::Matrix::of(random_blocks(DType::Q6_K, 16, 256, 53));
-  const int64_t q6k_bytes = prepare_matrix(q6k, pool);
+  const int64_t q6k_bytes = runtime::prepare_matrix(q6k, pool);
   EXPECT_EQ(q6k_bytes, q6k.interleaved ? q6k.interleaved->nbytes() : 0);
-  EXPECT_EQ(q6k.interleaved != nullptr, interleave_enabled(DType::Q6_K));
+  EXPECT_EQ(q6k.interleaved != nullptr, compute::interleave_enabled(DType::Q6_K));
   model::Matrix q4k = model::Matrix::of(random_blocks(DType::Q4_K, 16, 256, 54));
-  const int64_t q4k_bytes = prepare_matrix(q4k, pool);
+  const int64_t q4k_bytes = runtime::prepare_matrix(q4k, pool);
   EXPECT_EQ(q4k_bytes, q4k.interleaved ? q4k.interleaved->nbytes() : 0);
-  EXPECT_EQ(q4k.interleaved != nullptr, interleave_enabled(DType::Q4_K));
-  EXPECT_EQ(interleave_enabled(DType::Q4_K), interleave_enabled(DType::Q4_0));
-  const Q8Kernel kernel = best_q8_kernel();
-  EXPECT_EQ(interleave_enabled(DType::Q4_0), (kernel == Q8Kernel::Avx2 || kernel == Q8Kernel::AvxVnni ||
+  EXPECT_EQ(q4k.interleaved != nullptr, compute::interleave_enabled(DType::Q4_K));
+  EXPECT_EQ(compute::interleave_enabled(DType::Q4_K), compute::interleave_enabled(DType::Q4_0));
+  const Q8Kernel kernel = compute::detail::best_q8_kernel();
+  EXPECT_EQ(compute::interleave_enabled(DType::Q4_0), (kernel == Q8Kernel::Avx2 || kernel == Q8Kernel::AvxVnni ||
                                               kernel == Q8Kernel::Avx512Vnni) &&
                                                   !(std::getenv("GRAFT_Q8_INTERLEAVE") &&
                                                     std::string(std::getenv("GRAFT_Q8_INTERLEAVE")) == "0"));
@@ -235,7 +241,7 @@ const Shape3 kShapesQ4K[] = {{1, 1, 256},   {2, 15, 512},  {3, 17, 768}, {8, 33,
                              {9, 17, 512},  {16, 15, 256}, {20, 33, 768}};
 
 // Row j of the copy dequantized from its layout ((d·sc)·q + (−dmin)·m per block of 32), as F32.
-std::vector<float> dequantized_copy_row(const InterleavedBlocks& b, int64_t j) {
+std::vector<float> dequantized_copy_row(const compute::InterleavedBlocks& b, int64_t j) {
   const int64_t g = j / 16, r = j % 16;
   std::vector<float> row(static_cast<size_t>(b.k));
   for (int64_t blk = 0; blk < b.blocks; ++blk) {
@@ -305,8 +311,8 @@ TEST(InterleavedQ4K, EveryRowReadsBackAsTheGgufRowAndDequantizesToItsValues) {
   for (uint32_t seed : {61u, 62u})
     for (const auto& s : kShapesQ4K) {
       const Tensor w = seed == 61 ? random_blocks(DType::Q4_K, s.n, s.k, seed) : extreme_q4_k(s.n, s.k, seed);
-      const auto b = interleave_blocks(w);
-      EXPECT_EQ(b->kind, InterleavedKind::Q4_K);
+      const auto b = compute::interleave_blocks(w);
+      EXPECT_EQ(b->kind, compute::InterleavedKind::Q4_K);
       EXPECT_EQ(b->groups(), (s.n + 15) / 16);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
       EXPECT_EQ(b->group_bytes, b->blocks * (256 + 40));  // 4.625 bits a weight
@@ -315,7 +321,7 @@ TEST(InterleavedQ4K, EveryRowReadsBackAsTheGgufRowAndDequantizesToItsValues) {
       std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
       for (int64_t j = 0; j < s.n; ++j) {
         const uint8_t* gguf = static_cast<const uint8_t*>(w.data) + j * row_bytes;
-        deinterleave_row(*b, j, row.data());
+        compute::deinterleave_row(*b, j, row.data());
         ASSERT_EQ(std::memcmp(row.data(), gguf, row_bytes), 0) << "row " << j << " of " << s.n << " k=" << s.k;
         dequantize_gguf_blocks(DType::Q4_K, gguf, ref.data(), s.k);
         const auto got = dequantized_copy_row(*b, j);
@@ -330,13 +336,13 @@ TEST(InterleavedQ4K, EqualsTheAffineCopyWithF32Parameters) {
   for (const auto& s : kShapesQ4K)
     for (const Tensor& w : {random_blocks(DType::Q4_K, s.n, s.k, 63), extreme_q4_k(s.n, s.k, 65)}) {
       const auto x = random_x(s.m, s.k, 66);
-      const auto q4k = interleave_q4_k(w);
-      const auto affine = interleave_affine(affine_of_q4_k(w));
-      ASSERT_EQ(affine->kind, InterleavedKind::Affine4);
+      const auto q4k = compute::interleave_q4_k(w);
+      const auto affine = compute::interleave_affine(affine_of_q4_k(w));
+      ASSERT_EQ(affine->kind, compute::InterleavedKind::Affine4);
       for (Q8Kernel kernel : {Q8Kernel::Scalar, Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni}) {
-        if (!q8_kernel_supported(kernel)) continue;
+        if (!compute::detail::q8_kernel_supported(kernel)) continue;
         EXPECT_EQ(run(*q4k, x.data(), s.m, kernel), run(*affine, x.data(), s.m, kernel))
-            << q8_kernel_name(kernel) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
+            << compute::detail::q8_kernel_name(kernel) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
       }
     }
 }
@@ -345,7 +351,7 @@ TEST_P(InterleavedKernel, Q4KEqualsTheBlockModel) {
   for (const auto& s : kShapesQ4K) {
     const auto x = random_x(s.m, s.k, 67);
     for (const Tensor& w : {random_blocks(DType::Q4_K, s.n, s.k, 71), extreme_q4_k(s.n, s.k, 73)}) {
-      const auto b = interleave_q4_k(w);
+      const auto b = compute::interleave_q4_k(w);
       EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
           << "m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
@@ -355,7 +361,7 @@ TEST_P(InterleavedKernel, Q4KEqualsTheBlockModel) {
   std::vector<float> x(static_cast<size_t>(m * k));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : c % 2 ? 1.0f : -1.0f;
-  const auto b = interleave_q4_k(extreme_q4_k(n, k, 79));
+  const auto b = compute::interleave_q4_k(extreme_q4_k(n, k, 79));
   EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar));
 }
 
@@ -364,7 +370,7 @@ TEST(InterleavedQ4K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
   for (const auto& s : kShapesQ4K) {
     const Tensor w = random_blocks(DType::Q4_K, s.n, s.k, 83);
     const auto x = random_x(s.m, s.k, 89);
-    const auto got = run(*interleave_q4_k(w), x.data(), s.m, Q8Kernel::Scalar);
+    const auto got = run(*compute::interleave_q4_k(w), x.data(), s.m, Q8Kernel::Scalar);
     worst = std::max(worst, check_activation_rounding(got, x, s.m, s.k, w, "Q4_K"));
   }
   EXPECT_GT(worst, 0.002);  // the bound is not vacuous
@@ -394,15 +400,15 @@ TEST(InterleavedQ6K, EveryRowReadsBackAsTheGgufRow) {
   for (uint32_t seed : {91u, 92u})
     for (const auto& s : kShapesQ6K) {
       const Tensor w = seed == 91 ? random_blocks(DType::Q6_K, s.n, s.k, seed) : extreme_q6_k(s.n, s.k, seed);
-      const auto b = interleave_blocks(w);
-      EXPECT_EQ(b->kind, InterleavedKind::Q6_K);
+      const auto b = compute::interleave_blocks(w);
+      EXPECT_EQ(b->kind, compute::InterleavedKind::Q6_K);
       EXPECT_EQ(b->groups(), (s.n + 15) / 16);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
       EXPECT_EQ(b->group_bytes, b->blocks * (384 + 40));  // 6.625 bits a weight
       const int64_t row_bytes = dtype_bytes(DType::Q6_K, s.k);
       std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
       for (int64_t j = 0; j < s.n; ++j) {
-        deinterleave_row(*b, j, row.data());
+        compute::deinterleave_row(*b, j, row.data());
         ASSERT_EQ(std::memcmp(row.data(), static_cast<const uint8_t*>(w.data) + j * row_bytes, row_bytes), 0)
             << "row " << j << " of " << s.n << " k=" << s.k;
       }
@@ -413,7 +419,7 @@ TEST_P(InterleavedKernel, Q6KEqualsTheBlockModel) {
   for (const auto& s : kShapesQ6K) {
     const auto x = random_x(s.m, s.k, 93);
     for (const Tensor& w : {random_blocks(DType::Q6_K, s.n, s.k, 95), extreme_q6_k(s.n, s.k, 97)}) {
-      const auto b = interleave_blocks(w);
+      const auto b = compute::interleave_blocks(w);
       EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
           << "m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
@@ -424,7 +430,7 @@ TEST_P(InterleavedKernel, Q6KEqualsTheBlockModel) {
   std::vector<float> x(static_cast<size_t>(m * k));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : c % 2 ? 1.0f : -1.0f;
-  const auto b = interleave_blocks(extreme_q6_k(n, k, 99));
+  const auto b = compute::interleave_blocks(extreme_q6_k(n, k, 99));
   EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar));
 }
 
@@ -433,7 +439,7 @@ TEST(InterleavedQ6K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
   for (const auto& s : kShapesQ6K)
     for (const Tensor& w : {random_blocks(DType::Q6_K, s.n, s.k, 101), extreme_q6_k(s.n, s.k, 103)}) {
       const auto x = random_x(s.m, s.k, 107);
-      const auto got = run(*interleave_blocks(w), x.data(), s.m, Q8Kernel::Scalar);
+      const auto got = run(*compute::interleave_blocks(w), x.data(), s.m, Q8Kernel::Scalar);
       worst = std::max(worst, check_activation_rounding(got, x, s.m, s.k, w, "Q6_K"));
     }
   EXPECT_GT(worst, 0.002);  // the bound is not vacuous
@@ -442,7 +448,7 @@ TEST(InterleavedQ6K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
 // GGUF Q5_K, copied as affine 5-bit (kind Affine5: Q5_1's code words, an F32 scale and bias per 32
 // columns; interleave_q5_k), on Q4_K's shapes.
 // Row j of the copy dequantized from its layout (nibble and fifth bit, scale·q + bias per block).
-std::vector<float> dequantized_q5k_copy_row(const InterleavedBlocks& b, int64_t j) {
+std::vector<float> dequantized_q5k_copy_row(const compute::InterleavedBlocks& b, int64_t j) {
   const int64_t g = j / 16, r = j % 16;
   std::vector<float> row(static_cast<size_t>(b.k));
   for (int64_t blk = 0; blk < b.blocks; ++blk) {
@@ -475,8 +481,8 @@ TEST(InterleavedQ5K, CopyDequantizesToTheGgufValuesBitForBit) {
   for (uint32_t seed : {111u, 112u})
     for (const auto& s : kShapesQ6K) {
       const Tensor w = seed == 111 ? random_blocks(DType::Q5_K, s.n, s.k, seed) : extreme_q5_k(s.n, s.k, seed);
-      const auto b = interleave_blocks(w);
-      EXPECT_EQ(b->kind, InterleavedKind::Affine5);
+      const auto b = compute::interleave_blocks(w);
+      EXPECT_EQ(b->kind, compute::InterleavedKind::Affine5);
       EXPECT_EQ(b->groups(), (s.n + 15) / 16);
       std::vector<float> ref(static_cast<size_t>(s.k));
       const int64_t row_bytes = dtype_bytes(DType::Q5_K, s.k);
@@ -492,7 +498,7 @@ TEST_P(InterleavedKernel, Q5KEqualsTheBlockModel) {
   for (const auto& s : kShapesQ6K) {
     const auto x = random_x(s.m, s.k, 113);
     for (const Tensor& w : {random_blocks(DType::Q5_K, s.n, s.k, 115), extreme_q5_k(s.n, s.k, 117)}) {
-      const auto b = interleave_blocks(w);
+      const auto b = compute::interleave_blocks(w);
       EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
           << "m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
@@ -501,7 +507,7 @@ TEST_P(InterleavedKernel, Q5KEqualsTheBlockModel) {
   std::vector<float> x(static_cast<size_t>(m * k));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : c % 2 ? 1.0f : -1.0f;
-  const auto b = interleave_blocks(extreme_q5_k(n, k, 119));
+  const auto b = compute::interleave_blocks(extreme_q5_k(n, k, 119));
   EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar));
 }
 
@@ -510,11 +516,11 @@ TEST(InterleavedQ5K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
   for (const auto& s : kShapesQ6K) {
     const Tensor w = random_blocks(DType::Q5_K, s.n, s.k, 121);
     const auto x = random_x(s.m, s.k, 123);
-    worst = std::max(worst, check_activation_rounding(run(*interleave_blocks(w), x.data(), s.m, Q8Kernel::Scalar), x,
+    worst = std::max(worst, check_activation_rounding(run(*compute::interleave_blocks(w), x.data(), s.m, Q8Kernel::Scalar), x,
                                                       s.m, s.k, w, "Q5_K"));
   }
   EXPECT_GT(worst, 0.002);  // the bound is not vacuous
 }
 
 }  // namespace
-}  // namespace graft::runtime::detail
+}  // namespace graft::compute::detail

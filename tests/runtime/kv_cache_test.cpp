@@ -77,7 +77,7 @@ TEST(KVCache, StoresRoundedToNearestEvenAndAttentionReadsTheStoredType) {
     const auto q = randv(hd, 7);
     const float scl = 0.25f;
     std::vector<float> s1(n), s2(n), ref(hd), got(hd);
-    attend(q.data(), &kw[2 * kvd + hd], &vw[2 * kvd + hd], kvd, n - 2, hd, scl, s1.data(), ref.data());
+    compute::attend(q.data(), &kw[2 * kvd + hd], &vw[2 * kvd + hd], kvd, n - 2, hd, scl, s1.data(), ref.data());
     attend_cached(cache, 1, 2, n - 2, hd, q.data(), hd, scl, s2.data(), got.data());
     for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(got[i], ref[i]) << dtype_name(t) << " element " << i;
   }

@@ -86,7 +86,7 @@ TEST(UpQ8, EveryIntegerPathGivesTheDocumentedSumBitForBit) {
     std::vector<float> b(static_cast<size_t>(rows * r));
     for (float& v : b) v = nd(rng) * 0.05f;
     for (int64_t k = 0; k < r; ++k) b[static_cast<size_t>(2 * r + k)] = 0.0f;  // an all-zero row: d = 0
-    const UpQ8 q = quantize_up_q8(b.data(), rows, r);
+    const compute::UpQ8 q = compute::quantize_up_q8(b.data(), rows, r);
     ASSERT_EQ(q.r4 % 4, 0);
     std::vector<Rounded> want;
     for (int64_t o = 0; o < rows; ++o) {
@@ -101,7 +101,7 @@ TEST(UpQ8, EveryIntegerPathGivesTheDocumentedSumBitForBit) {
     for (float& v : low) v = nd(rng);
     std::vector<int8_t> ql(static_cast<size_t>(q.r4), 99);
     int32_t offset = 0;
-    const float d_low = quantize_low_q8(low.data(), r, q.r4, ql.data(), &offset);
+    const float d_low = compute::quantize_low_q8(low.data(), r, q.r4, ql.data(), &offset);
     const Rounded lr = round_row(low.data(), r);
     ASSERT_EQ(d_low, lr.d);
     int32_t sum = 0;
@@ -111,15 +111,15 @@ TEST(UpQ8, EveryIntegerPathGivesTheDocumentedSumBitForBit) {
     }
     ASSERT_EQ(offset, 128 * sum);
     const float s = 0.75f;
-    for (auto kernel : {detail::Q8Kernel::Scalar, detail::Q8Kernel::Avx2, detail::Q8Kernel::AvxVnni,
-                        detail::Q8Kernel::Avx512Vnni}) {
-      if (!detail::q8_kernel_supported(kernel)) continue;
+    for (auto kernel : {compute::detail::Q8Kernel::Scalar, compute::detail::Q8Kernel::Avx2, compute::detail::Q8Kernel::AvxVnni,
+                        compute::detail::Q8Kernel::Avx512Vnni}) {
+      if (!compute::detail::q8_kernel_supported(kernel)) continue;
       ++paths;
       for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, rows}, {3, rows - 1}, {16, std::min<int64_t>(rows, 32)},
                             {rows - 1, rows}}) {
         if (c0 >= c1) continue;
         std::vector<float> y(static_cast<size_t>(c1 - c0), 0.25f), ref = y;
-        detail::lora_up_add_q8_with(kernel, q, ql.data(), offset, d_low, s, c0, c1, y.data());
+        compute::detail::lora_up_add_q8_with(kernel, q, ql.data(), offset, d_low, s, c0, c1, y.data());
         for (int64_t o = c0; o < c1; ++o) {
           int32_t isum = 0;
           for (int64_t k = 0; k < r; ++k)
@@ -127,7 +127,7 @@ TEST(UpQ8, EveryIntegerPathGivesTheDocumentedSumBitForBit) {
           ref[static_cast<size_t>(o - c0)] += ((s * d_low) * want[static_cast<size_t>(o)].d) * static_cast<float>(isum);
         }
         for (size_t i = 0; i < y.size(); ++i)
-          ASSERT_EQ(y[i], ref[i]) << detail::q8_kernel_name(kernel) << " rows " << rows << " r " << r << " column "
+          ASSERT_EQ(y[i], ref[i]) << compute::detail::q8_kernel_name(kernel) << " rows " << rows << " r " << r << " column "
                                   << c0 + static_cast<int64_t>(i);
       }
     }
@@ -171,7 +171,7 @@ TEST_P(LoraDTypeVsPeft, LogitsStayNearPeftsAndGreedyTokensArePefts) {
           EXPECT_EQ(t.bt.data, nullptr);
           EXPECT_EQ(t.up_q8->rows, t.b.shape[0]);
           EXPECT_EQ(t.low_width(), 2 + t.up_q8->r4 / 4);
-          ASSERT_TRUE(t.down.interleaved || !detail::q8_kernel_supported(detail::Q8Kernel::Avx2));
+          ASSERT_TRUE(t.down.interleaved || !compute::detail::q8_kernel_supported(compute::detail::Q8Kernel::Avx2));
         }
       }
   ASSERT_GT(terms, 0);

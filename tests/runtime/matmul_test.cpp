@@ -53,7 +53,7 @@ std::vector<double> bounds(ThreadPool& pool, const Case& c, const float* y_old, 
   std::vector<uint8_t> bytes(aw.size() * 4);
   for (size_t t = 0; t < aw.size(); ++t) aw[t] = std::fabs(c.wf[t]);
   std::memcpy(bytes.data(), aw.data(), bytes.size());
-  matmul(pool, ax.data(), m, k, Tensor::owned(DType::F32, {n, k}, std::move(bytes)), mag.data());
+  compute::matmul(pool, ax.data(), m, k, Tensor::owned(DType::F32, {n, k}, std::move(bytes)), mag.data());
   std::vector<double> bound(mag.size());
   for (size_t t = 0; t < mag.size(); ++t)
     bound[t] = (double(k) / 8 + 8) * std::ldexp(1.0, -24) * (mag[t] * 1.001 + (y_old ? std::fabs(y_old[t]) : 0)) + 1e-30;
@@ -80,14 +80,14 @@ TEST(Matmul, MatchesReferenceAndIsIdenticalAcrossThreadCounts) {
           std::vector<float> y0(static_cast<size_t>(m * n));
           for (size_t t = 0; t < y0.size(); ++t) y0[t] = 0.25f * float(t % 7) - 0.5f;
           std::vector<float> ref(y0.size()), ref_acc(y0.size());
-          matmul_reference(c.x.data(), m, k, c.w, ref.data());
+          compute::matmul_reference(c.x.data(), m, k, c.w, ref.data());
           for (size_t t = 0; t < y0.size(); ++t) ref_acc[t] = y0[t] + ref[t];
           for (bool acc : {false, true}) {
             const std::vector<double> bound = bounds(pools[0], c, acc ? y0.data() : nullptr, m, k, n);
             std::vector<float> first;
             for (ThreadPool& pool : pools) {
               std::vector<float> y = y0;
-              matmul(pool, c.x.data(), m, k, c.w, y.data(), acc);
+              compute::matmul(pool, c.x.data(), m, k, c.w, y.data(), acc);
               const std::string what = std::string(dtype_name(dt)) + " m=" + std::to_string(m) +
                                        " k=" + std::to_string(k) + " n=" + std::to_string(n) +
                                        " acc=" + std::to_string(acc) +
@@ -107,10 +107,10 @@ TEST(Matmul, ReferenceAccumulates) {
                                                       0x00, 0x00, 0x00, 0x00, 0x80, 0xbf});  // 0 0 -1
   const float x[3] = {1.0f, 2.0f, 3.0f};
   float y[2] = {10.0f, 20.0f};
-  matmul_reference(x, 1, 3, w, y, true);
+  compute::matmul_reference(x, 1, 3, w, y, true);
   EXPECT_EQ(y[0], 15.0f);
   EXPECT_EQ(y[1], 17.0f);
-  matmul_reference(x, 1, 3, w, y, false);
+  compute::matmul_reference(x, 1, 3, w, y, false);
   EXPECT_EQ(y[0], 5.0f);
   EXPECT_EQ(y[1], -3.0f);
 }
@@ -118,9 +118,9 @@ TEST(Matmul, ReferenceAccumulates) {
 // Every supported ISA's kernels, called directly on arbitrary column ranges: each output element
 // has one summation order, so any split of the columns (and any m) gives the same bits.
 TEST(Matmul, EveryIsaIsExactAcrossColumnSplitsAndBatchRows) {
-  using detail::Isa;
-  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
-    if (!detail::isa_supported(isa)) {
+  using compute::detail::Isa;
+  for (compute::detail::Isa isa : {compute::detail::Isa::Avx2, compute::detail::Isa::Avx512}) {
+    if (!compute::detail::isa_supported(isa)) {
       std::printf("[ note ] %s kernels not runnable on this CPU; skipped\n", isa == Isa::Avx512 ? "AVX-512" : "AVX2");
       continue;
     }
@@ -128,23 +128,23 @@ TEST(Matmul, EveryIsaIsExactAcrossColumnSplitsAndBatchRows) {
       const int64_t m = 9, k = 77, n = 41;
       const Case c = make_case(dt, m, k, n, 99);
       std::vector<float> whole(static_cast<size_t>(m * n)), split(whole.size()), ref(whole.size());
-      matmul_reference(c.x.data(), m, k, c.w, ref.data());
-      const detail::MatmulArgs a{c.x.data(), m, k, n, c.w.data, dt, whole.data(), false};
-      detail::matmul_cols(isa, a, 0, n);
+      compute::matmul_reference(c.x.data(), m, k, c.w, ref.data());
+      const compute::detail::MatmulArgs a{c.x.data(), m, k, n, c.w.data, dt, whole.data(), false};
+      compute::detail::matmul_cols(isa, a, 0, n);
       ThreadPool one(1);
       expect_close(bounds(one, c, nullptr, m, k, n), whole, ref, n, "whole");
-      detail::MatmulArgs b = a;
+      compute::detail::MatmulArgs b = a;
       b.y = split.data();
       for (int64_t j0 = 0; j0 < n;) {  // ragged splits: 1, 2, 3, ... columns
         const int64_t j1 = std::min(n, j0 + 1 + j0 % 5);
-        detail::matmul_cols(isa, b, j0, j1);
+        compute::detail::matmul_cols(isa, b, j0, j1);
         j0 = j1;
       }
       ASSERT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0) << dtype_name(dt);
       for (int64_t i = 0; i < m; ++i) {  // decode of row i == row i of the prefill
         std::vector<float> row(static_cast<size_t>(n));
-        const detail::MatmulArgs d{c.x.data() + i * k, 1, k, n, c.w.data, dt, row.data(), false};
-        detail::matmul_cols(isa, d, 0, n);
+        const compute::detail::MatmulArgs d{c.x.data() + i * k, 1, k, n, c.w.data, dt, row.data(), false};
+        compute::detail::matmul_cols(isa, d, 0, n);
         ASSERT_EQ(std::memcmp(row.data(), whole.data() + i * n, n * 4), 0) << dtype_name(dt) << " row " << i;
       }
     }
@@ -162,7 +162,7 @@ TEST(Matmul, SpecialValuesPropagate) {
   std::memcpy(bytes.data(), w.data(), bytes.size());
   const Tensor wt = Tensor::owned(DType::F32, {n, k}, std::move(bytes));
   std::vector<float> y(n);
-  matmul(pool, x.data(), 1, k, wt, y.data());
+  compute::matmul(pool, x.data(), 1, k, wt, y.data());
   EXPECT_TRUE(std::isinf(y[0]));
   EXPECT_TRUE(std::isnan(y[1]));
   EXPECT_EQ(y[2], 10.0f);
@@ -172,16 +172,16 @@ TEST(Matmul, RejectsBadArguments) {
   ThreadPool pool(1);
   std::vector<float> x(8), y(8);
   const Tensor q = Tensor::owned(DType::I32, {1, 8}, std::vector<uint8_t>(32));
-  EXPECT_THROW(matmul(pool, x.data(), 1, 8, q, y.data()), Error);  // not a float or GGUF block dtype
+  EXPECT_THROW(compute::matmul(pool, x.data(), 1, 8, q, y.data()), Error);  // not a float or GGUF block dtype
   const Tensor w = Tensor::zeros_f32({2, 4});
-  EXPECT_THROW(matmul(pool, x.data(), 1, 3, w, y.data()), Error);  // k mismatch
+  EXPECT_THROW(compute::matmul(pool, x.data(), 1, 3, w, y.data()), Error);  // k mismatch
   const Tensor w3 = Tensor::zeros_f32({2, 2, 2});
-  EXPECT_THROW(matmul(pool, x.data(), 1, 2, w3, y.data()), Error);
-  matmul(pool, x.data(), 0, 4, w, y.data());  // m = 0: nothing to do
+  EXPECT_THROW(compute::matmul(pool, x.data(), 1, 2, w3, y.data()), Error);
+  compute::matmul(pool, x.data(), 0, 4, w, y.data());  // m = 0: nothing to do
 }
 
 TEST(Matmul, ReportsIsa) {
-  const std::string isa = matmul_isa();
+  const std::string isa = compute::matmul_isa();
   EXPECT_TRUE(isa == "avx512" || isa == "avx2") << isa;
   std::printf("[ note ] matmul kernels: %s\n", isa.c_str());
 }
@@ -210,7 +210,7 @@ TEST(LoraUpAdd, EqualsTheDocumentedSumBitForBit) {
     const Tensor bt = t == DType::F32 ? Tensor::owned(t, {r, cols}, f32) : Tensor::owned(t, {r, cols}, b16);
     for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, 101}, {3, 70}, {33, 41}, {64, 96}}) {
       std::vector<float> y(static_cast<size_t>(c1 - c0), 0.25f), ref = y;
-      lora_up_add(bt, low.data(), 0.75f, c0, c1, y.data());
+      compute::lora_up_add(bt, low.data(), 0.75f, c0, c1, y.data());
       for (int64_t c = c0; c < c1; ++c) {
         float acc = 0.0f;
         for (int64_t k = 0; k < r; ++k) {
@@ -276,7 +276,7 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
           matmul(pool, x.data(), m, w, refs.back().data());
         }
         std::mutex mu;
-        std::vector<ColumnEpilogue> eps;
+        std::vector<compute::ColumnEpilogue> eps;
         for (size_t i = 0; i < set.size(); ++i)
           eps.push_back([&, i](int64_t j0, int64_t j1) {
             std::lock_guard<std::mutex> lk(mu);
@@ -300,7 +300,7 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
         for (size_t i = 0; i + 1 < set.size(); ++i) y_first.emplace_back(ys[i].size(), -7.0f);
         for (size_t i = 0; i + 1 < set.size(); ++i) first.push_back({&set[i], y_first[i].data(), nullptr});
         std::atomic<int> after_calls{0}, main_before_after{0};
-        const ColumnEpilogue main_ep = [&](int64_t, int64_t) {
+        const compute::ColumnEpilogue main_ep = [&](int64_t, int64_t) {
           if (after_calls.load() == 0) ++main_before_after;
         };
         const MatmulTarget main[] = {{&last, y_main.data(), &main_ep}};

@@ -119,7 +119,7 @@ TEST(AffineQuant, MatmulMatchesDequantizeThenMatmul) {
                                                     f->tensor(cfg + ".biases"), bits, group, 32, 256, cfg);
     const Tensor x = f->tensor(cfg + ".x"), exact = f->tensor(cfg + ".y_exact"), mlx = f->tensor(cfg + ".y");
     std::vector<float> y(3 * 32);
-    matmul_affine(pool, x.as<float>(), 3, 256, w, y.data());
+    compute::matmul_affine(pool, x.as<float>(), 3, 256, w, y.data());
     const Tensor dq = dequantize_affine(w);
     for (int64_t i = 0; i < 3; ++i)
       for (int64_t j = 0; j < 32; ++j) {
@@ -146,11 +146,11 @@ TEST(AffineQuant, MatmulRowsAreIndependentOfBatchAndThreads) {
       const AffineQuantized w = quantize_affine(Tensor::owned(DType::F32, {n, k}, bytes), bits, group, DType::BF16);
       ThreadPool one(1), two(2);
       std::vector<float> all(m * n), all2(m * n), row(n);
-      matmul_affine(two, x.data(), m, k, w, all.data());
-      matmul_affine(one, x.data(), m, k, w, all2.data());
+      compute::matmul_affine(two, x.data(), m, k, w, all.data());
+      compute::matmul_affine(one, x.data(), m, k, w, all2.data());
       EXPECT_EQ(std::memcmp(all.data(), all2.data(), all.size() * 4), 0);
       for (int64_t i = 0; i < m; ++i) {
-        matmul_affine(two, x.data() + i * k, 1, k, w, row.data());
+        compute::matmul_affine(two, x.data() + i * k, 1, k, w, row.data());
         ASSERT_EQ(std::memcmp(row.data(), all.data() + i * n, n * 4), 0) << bits << "/" << group << " row " << i;
       }
     }
@@ -258,7 +258,7 @@ TEST_P(QuantizedModel, BaseAndUnfusedLoraMatchMlxLm) {
 // the gap); measured divergences at gaps 0.0037-0.105 against bounds 0.33-0.67, 5 of 18 sequences
 // in full; nothing after a divergence is compared.
 TEST_P(QuantizedModel, InterleavedKernelsStayNearMlxLm) {
-  if (!interleave_enabled_affine()) GTEST_SKIP() << "no interleaved integer kernel on this CPU (or GRAFT_Q8_INTERLEAVE=0)";
+  if (!compute::interleave_enabled_affine()) GTEST_SKIP() << "no interleaved integer kernel on this CPU (or GRAFT_Q8_INTERLEAVE=0)";
   auto [dir, ref, m, set, refs] = mlx_case(GetParam());
   // A mixture-of-experts model also moves where the rounding flips a near-tied router choice (one
   // expert's output swapped for another's): measured 0.67 on qwen3_moe_f32_q4g32, bound 1.0.

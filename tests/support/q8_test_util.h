@@ -14,9 +14,9 @@
 #include "graft/core/tensor.h"
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 
-namespace graft::runtime::detail {
+namespace graft::test {
 
 // Random codes with finite random f16 scales (and mins) of about 0.01.
 inline Tensor random_blocks(DType t, int64_t n, int64_t k, uint32_t seed) {
@@ -67,7 +67,7 @@ inline double check_activation_rounding(const std::vector<float>& got, const std
                                         int64_t k, const Tensor& w, const std::string& label) {
   const int64_t n = w.shape[0];
   std::vector<float> ref(got.size());
-  matmul_reference(x.data(), m, k, w, ref.data());
+  compute::matmul_reference(x.data(), m, k, w, ref.data());
   const Tensor wf = to_f32(w);
   double worst = 0;
   for (int64_t i = 0; i < m; ++i)
@@ -85,7 +85,7 @@ inline double check_activation_rounding(const std::vector<float>& got, const std
 inline std::vector<float> run_matrix(const model::Matrix& w, const float* x, int64_t m, int threads) {
   ThreadPool pool(threads);
   std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
-  matmul(pool, x, m, w, y.data());
+  runtime::matmul(pool, x, m, w, y.data());
   return y;
 }
 
@@ -94,13 +94,13 @@ inline std::vector<float> run_matrix(const model::Matrix& w, const float* x, int
 inline void expect_many_equals_each(std::initializer_list<const model::Matrix*> ws, const float* x, int64_t m) {
   ThreadPool pool(2);
   std::vector<std::vector<float>> ys;
-  std::vector<MatmulTarget> targets;
+  std::vector<runtime::MatmulTarget> targets;
   for (const model::Matrix* w : ws) ys.emplace_back(static_cast<size_t>(m * w->rows));
   size_t i = 0;
   for (const model::Matrix* w : ws) targets.push_back({w, ys[i++].data()});
-  matmul_many(pool, x, m, targets);
+  runtime::matmul_many(pool, x, m, targets);
   i = 0;
   for (const model::Matrix* w : ws) EXPECT_EQ(ys[i++], run_matrix(*w, x, m, 1)) << "matrix " << i - 1;
 }
 
-}  // namespace graft::runtime::detail
+}  // namespace graft::test

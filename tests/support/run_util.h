@@ -67,7 +67,7 @@ inline void expect_same_greedy(const std::vector<int32_t>& got, const std::vecto
 // Logits for every position of `ids` ([ids.size(), vocab], row-major).
 inline std::vector<float> prompt_logits(const model::LoadedModel& m, std::shared_ptr<const runtime::LoraSet> set,
                                         std::vector<float> scales, const std::vector<int32_t>& ids, int threads = 2) {
-  runtime::ThreadPool pool(threads);
+  ThreadPool pool(threads);
   runtime::Transformer t(m.config, m.weights, std::move(set));
   runtime::KVCache cache(m.config, static_cast<int64_t>(ids.size()) + 1, kReferenceCache);
   runtime::SequenceInput in{&cache, ids, true, scales};
@@ -77,7 +77,7 @@ inline std::vector<float> prompt_logits(const model::LoadedModel& m, std::shared
 // n argmax steps after the prompt (EOS not special), one token per forward pass.
 inline std::vector<int32_t> greedy_ids(const model::LoadedModel& m, std::shared_ptr<const runtime::LoraSet> set,
                                        std::vector<float> scales, const std::vector<int32_t>& ids, size_t n) {
-  runtime::ThreadPool pool(2);
+  ThreadPool pool(2);
   runtime::Transformer t(m.config, m.weights, std::move(set));
   runtime::KVCache cache(m.config, static_cast<int64_t>(ids.size() + n) + 1, kReferenceCache);
   runtime::SequenceInput in{&cache, ids, false, scales};

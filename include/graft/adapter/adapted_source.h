@@ -21,7 +21,7 @@ struct AdaptedSourceOptions {
   std::optional<DType> dtype;
   // Keep each materialized tensor (one dtype per tensor: a read in another dtype replaces it).
   bool cache = false;
-  ParallelFor parallel;  // row parallelism for merges (serial when empty)
+  ThreadPool* pool = nullptr;  // row parallelism for merges (serial when null)
 };
 
 class WeightAdapterSource : public io::TensorSource {

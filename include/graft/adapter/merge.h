@@ -45,6 +45,7 @@
 #include <string>
 
 #include "graft/adapter/weight_adapter.h"
+#include "graft/core/thread_pool.h"
 
 namespace graft::adapter {
 
@@ -65,16 +66,12 @@ struct PlannedUpdate {
   float strength = 1.0f;
 };
 
-// Runs fn(begin, end) over [0, n) in parallel chunks; the adapter layer has no thread pool of its
-// own, so callers pass theirs (a serial loop when empty).
-using ParallelFor = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
-
 // base: a 1-D or 2-D tensor in F32/F16/BF16 (a GGUF block type also works when rows are whole
 // blocks: it is dequantized row by row). Factors, diffs and replacements: F32/F16/BF16. Returns a
 // tensor in out_dtype (F32/F16/BF16), new unless passed through as described above;
 // RoundedBF16Delta rounds every row it adds to through BF16 (those rows are exactly representable
 // in BF16); untouched and replaced rows pass through as described above.
 Tensor merge_tensor(const Tensor& base, std::span<const PlannedUpdate> updates, MergePolicy policy, DType out_dtype,
-                    const ParallelFor& parallel = nullptr);
+                    ThreadPool* pool = nullptr);  // rows in parallel on the caller's pool (serial: null)
 
 }  // namespace graft::adapter

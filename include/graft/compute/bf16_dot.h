@@ -21,7 +21,7 @@
 #include "graft/core/tensor.h"
 #include "graft/compute/kernels.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 // Whether matmul_bf16_dot can run here: AVX-512 F/BW/VL + BF16, GRAFT_BF16_DOT is not "0" and
 // GRAFT_MATMUL_ISA is not "avx2" (which stands for an AVX2-only machine).
@@ -57,4 +57,4 @@ void matmul_bf16_dot(ThreadPool& pool, const float* x, int64_t m, int64_t k, con
 void matmul_bf16_dot_reference(const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
                                bool accumulate = false);
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

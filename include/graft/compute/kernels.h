@@ -1,6 +1,5 @@
-// Tensor-level compute kernels on the CPU (the compute layer: no model types; runtime/kernels.h
-// dispatches a model::Matrix of any format onto these). The C++ namespace is still graft::runtime
-// while the layer settles; it follows the folder in a later change.
+// Tensor-level compute kernels on the CPU (the compute layer, namespace graft::compute: no model
+// types; runtime/kernels.h dispatches a model::Matrix of any format onto these).
 //
 // Activations are F32; dense weights (F32, F16 or BF16) are always
 // accumulated in F32 (BF16/F16 weights widen exactly to F32; x is never rounded). (The one dense
@@ -18,9 +17,9 @@
 
 #include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 // Called by the worker that computed output columns [j0, j1) of every row, right after it did, so
 // per-column follow-up work (bias, adapter terms) runs in the same parallel pass on hot data.
@@ -95,4 +94,4 @@ float quantize_low_q8(const float* low, int64_t r, int64_t r4, int8_t* q, int32_
 void lora_up_add_q8(const UpQ8& b, const int8_t* q_low, int32_t offset, float d_low, float s, int64_t c0, int64_t c1,
                     float* y);
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-namespace graft::runtime {
+namespace graft::compute {
 
 // out = x * rsqrt(mean(x²) + eps) * weight, as transformers' LlamaRMSNorm computes it in F32:
 // (x * r) * w with r = 1 / sqrt(mean + eps).
@@ -55,4 +55,4 @@ void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t s
 // through the subnormals to 0, NaN kept). out may alias x.
 void exp_f32(const float* x, float* out, int64_t n);
 
-}  // namespace graft::runtime
+}  // namespace graft::compute

@@ -5,7 +5,7 @@
 #include <functional>
 #include <memory>
 
-namespace graft::runtime {
+namespace graft {
 
 class ThreadPool {
  public:
@@ -30,4 +30,4 @@ class ThreadPool {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace graft::runtime
+}  // namespace graft

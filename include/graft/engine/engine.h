@@ -13,7 +13,7 @@
 #include "graft/engine/step.h"
 #include "graft/model/loader.h"
 #include "graft/runtime/kernels.h"
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 #include "graft/runtime/transformer.h"
 
 namespace graft::engine {
@@ -54,7 +54,7 @@ class Engine {
   model::LoadedModel& model() { return model_; }
   const model::LoadedModel& model() const { return model_; }
   const text::Tokenizer& tokenizer() const { return model_.tokenizer; }
-  runtime::ThreadPool& pool() { return pool_; }
+  ThreadPool& pool() { return pool_; }
   runtime::Transformer& transformer() { return *transformer_; }
   AdapterRegistry& adapters() { return *registry_; }
   const AdapterRegistry& adapters() const { return *registry_; }
@@ -68,7 +68,7 @@ class Engine {
   }
 
  private:
-  runtime::ThreadPool pool_;
+  ThreadPool pool_;
   model::LoadedModel model_;
   runtime::LoraDType lora_dtype_;
   std::unique_ptr<AdapterRegistry> registry_;

@@ -36,7 +36,7 @@ using TextCallback = std::function<bool(std::string_view)>;
 
 // The prompt must fit the cache with room for one generated token; else an error before any work.
 // The whole prompt is evaluated in one pass. The adapters are the transformer's own set.
-GenerateResult generate(runtime::ThreadPool& pool, runtime::Transformer& model, const text::Tokenizer& tokenizer,
+GenerateResult generate(ThreadPool& pool, runtime::Transformer& model, const text::Tokenizer& tokenizer,
                         runtime::KVCache& cache, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                         const TextCallback& on_text = nullptr);
 

@@ -9,7 +9,7 @@
 
 #include "graft/engine/sequence.h"
 #include "graft/runtime/lora.h"
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 #include "graft/runtime/transformer.h"
 
 namespace graft::engine {
@@ -25,7 +25,7 @@ struct StepResult {
 // Runs one pass over the unfinished sequences. `token_budget` caps the rows of the pass (at least
 // one row per decoding sequence is always granted). Throws before any cache changes if the pass
 // is invalid (see Transformer::forward).
-StepResult run_step(runtime::ThreadPool& pool, runtime::Transformer& model, const runtime::LoraSet& loras,
+StepResult run_step(ThreadPool& pool, runtime::Transformer& model, const runtime::LoraSet& loras,
                     std::span<Sequence* const> sequences, int64_t token_budget);
 
 }  // namespace graft::engine

@@ -42,7 +42,7 @@ struct LoadOptions {
   std::vector<adapter::AdapterUse> fused_adapters;
   adapter::MergePolicy merge_policy = adapter::MergePolicy::DeltaF32;
   bool fuse_requantize = false;  // allow fusing into quantized weights (dequantize, merge, requantize)
-  adapter::ParallelFor parallel;  // row parallelism for merges
+  ThreadPool* pool = nullptr;  // row parallelism for merges (serial when null)
 };
 
 // A source and config without weights or tokenizer, for tools that only inspect.

@@ -14,7 +14,7 @@
 #include "graft/io/tensor_source.h"
 #include "graft/model/config.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 struct InterleavedBlocks;
 }
 
@@ -28,7 +28,7 @@ struct Matrix {
   // A copy of GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K blocks or mlx affine codes laid out for one integer kernel, made after load by
   // runtime::prepare_weights on CPUs that run it; matmul then reads it instead of `dense` (which
   // stays: embedding rows, adapters and tools read the stored form).
-  std::shared_ptr<const runtime::InterleavedBlocks> interleaved;
+  std::shared_ptr<const compute::InterleavedBlocks> interleaved;
   // GGUF blocks multiplied with unrounded F32 activations (runtime::Activations::F32, set by
   // prepare_weights): each tile of rows dequantized, then the dense F32 kernel.
   bool f32_activations = false;

@@ -20,7 +20,7 @@ namespace graft::runtime {
 // The one entry point for a model's weight matrix, whatever its format (dense, GGUF blocks, mlx
 // affine): dispatches by format, then by ISA.
 void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate = false,
-            const ColumnEpilogue* epilogue = nullptr);
+            const compute::ColumnEpilogue* epilogue = nullptr);
 
 // Copies the model's GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K matrices and its mlx affine 4/8-bit matrices into the
 // layout of the CPU's fastest integer kernel (16 rows interleaved, for AVX512-VNNI, AVX-VNNI or AVX2;
@@ -62,7 +62,7 @@ const char* activations_in_force(const model::ModelWeights& w, Activations reque
 struct MatmulTarget {
   const model::Matrix* w;
   float* y;
-  const ColumnEpilogue* epilogue = nullptr;
+  const compute::ColumnEpilogue* epilogue = nullptr;
 };
 // `first` targets (no epilogues) are all computed before any epilogue of `targets`, and then
 // after_first runs once: a pass the targets' epilogues depend on (an adapter's x·Aᵀ before the

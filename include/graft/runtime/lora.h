@@ -31,7 +31,7 @@
 #include "graft/model/config.h"
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 
 namespace graft::runtime {
 
@@ -71,7 +71,7 @@ struct LoraTerm {
   float scale = 1.0f;  // the adapter's own scale (alpha/r, mlx scale); the user's multiplies it
   std::shared_ptr<const DoraRows> dora;     // DoRA: set (a, b, bt as for LoRA)
   std::shared_ptr<const KronFactors> kron;  // LoKr: set instead of a, b, bt
-  std::shared_ptr<const UpQ8> up_q8;        // --lora-dtype q8_0: B in 8 bits, used instead of bt (then empty)
+  std::shared_ptr<const compute::UpQ8> up_q8;        // --lora-dtype q8_0: B in 8 bits, used instead of bt (then empty)
   // A as a matmul operand: a Q8_0 A also laid out for the integer kernels (as the model's matrices).
   model::Matrix down;
 

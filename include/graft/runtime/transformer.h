@@ -10,7 +10,7 @@
 #include "graft/model/weights.h"
 #include "graft/runtime/kv_cache.h"
 #include "graft/runtime/lora.h"
-#include "graft/compute/thread_pool.h"
+#include "graft/core/thread_pool.h"
 
 namespace graft::runtime {
 
