@@ -1,4 +1,4 @@
-// mlx affine (4/8-bit, group 64) matrices as a model runs them after load (runtime::prepare_matrix:
+// mlx affine (4/8-bit, group 64) matrices as a model runs them after load (runtime::prepare_weight:
 // interleaved x16, 8-bit activations; runtime/interleaved_blocks.h, issue 10), next to the F32 affine
 // kernel (BM_MatmulAffine in bench_kernels.cpp; prefill rows for it here) on SmolLM2-135M's shapes.
 // Hot weights, so these are kernel costs, not bandwidth.
@@ -43,14 +43,14 @@ void counters(benchmark::State& state, int64_t m, int64_t n, int64_t k, int64_t 
 void BM_MatmulAffineInterleaved(benchmark::State& state, int bits, int64_t m, int64_t n, int64_t k) {
   ThreadPool pool(static_cast<int>(state.range(0)));
   graft::model::Matrix w = graft::model::Matrix::of(random_affine(bits, n, k));
-  const int64_t copied = graft::runtime::prepare_matrix(w, pool);
+  const int64_t copied = graft::compute::prepare_weight(w, &pool);
   if (copied == 0) {
     state.SkipWithError("no interleaved copy (GRAFT_Q8_INTERLEAVE=0 or no integer kernel)");
     return;
   }
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   for (auto _ : state) {
-    graft::runtime::matmul(pool, x.data(), m, w, y.data());
+    graft::compute::matmul(pool, x.data(), m, w, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   counters(state, m, n, k, copied);

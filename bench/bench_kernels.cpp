@@ -128,12 +128,12 @@ void BM_MatmulDecode(benchmark::State& state, DType dt, int64_t n, int64_t k, bo
   std::vector<graft::model::Matrix> ws;
   for (int64_t c = 0; c < copies; ++c) {
     ws.push_back(graft::model::Matrix::of(random_weights(dt, n, k, static_cast<uint32_t>(c))));
-    graft::runtime::prepare_matrix(ws.back(), pool);
+    graft::compute::prepare_weight(ws.back(), &pool);
   }
   std::vector<float> x(static_cast<size_t>(k), 0.5f), y(static_cast<size_t>(n));
   size_t at = 0;
   for (auto _ : state) {
-    graft::runtime::matmul(pool, x.data(), 1, ws[at], y.data());
+    graft::compute::matmul(pool, x.data(), 1, ws[at], y.data());
     benchmark::DoNotOptimize(y.data());
     at = (at + 1) % ws.size();
   }
@@ -144,17 +144,17 @@ void BM_MatmulDecode(benchmark::State& state, DType dt, int64_t n, int64_t k, bo
 void BM_MatmulPrefill(benchmark::State& state, DType dt, int64_t m, int64_t n, int64_t k) {
   ThreadPool pool(static_cast<int>(state.range(0)));
   graft::model::Matrix w = graft::model::Matrix::of(random_weights(dt, n, k, 1));
-  graft::runtime::prepare_matrix(w, pool);
+  graft::compute::prepare_weight(w, &pool);
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   for (auto _ : state) {
-    graft::runtime::matmul(pool, x.data(), m, w, y.data());
+    graft::compute::matmul(pool, x.data(), m, w, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   set_counters(state, m, n, k, graft::dtype_bytes(dt, n * k));
   if (w.bf16_activations) state.SetLabel("bf16-dot");
 }
 
-// The copy into the interleaved layout at load (prepare_matrix on one matrix; the file's bytes per
+// The copy into the interleaved layout at load (prepare_weight on one matrix; the file's bytes per
 // second in bytes_per_second): a model's load time is its weights over this rate.
 void BM_InterleaveAtLoad(benchmark::State& state, DType dt, int64_t n, int64_t k) {
   ThreadPool pool(static_cast<int>(state.range(0)));
@@ -162,7 +162,7 @@ void BM_InterleaveAtLoad(benchmark::State& state, DType dt, int64_t n, int64_t k
   int64_t copy_bytes = 0;
   for (auto _ : state) {
     graft::model::Matrix m = graft::model::Matrix::of(w);
-    copy_bytes = graft::runtime::prepare_matrix(m, pool);
+    copy_bytes = graft::compute::prepare_weight(m, &pool);
     benchmark::DoNotOptimize(m.interleaved.get());
   }
   state.SetBytesProcessed(state.iterations() * graft::dtype_bytes(dt, n * k));

@@ -76,7 +76,7 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
                  "How quantized weights (GGUF blocks, mlx affine) meet the activations: q8 (rounded to 8 bits per "
                  "block of 32, the integer kernels: fast) | f32 (unrounded: F32 math on the dequantized weights, "
                  "the logits of transformers on a GGUF and of mlx-lm on an mlx model; slower)")
-      ->check(named_value([](const std::string& s) { runtime::parse_activations(s); }, "an activation type",
+      ->check(named_value([](const std::string& s) { compute::parse_activations(s); }, "an activation type",
                           {"q8", "f32"}))
       ->capture_default_str();
 }
@@ -107,7 +107,7 @@ engine::EngineOptions engine_options(const ModelArgs& a) {
   o.load.merge_policy = adapter::parse_merge_policy(a.merge_policy);
   o.load.fuse_requantize = a.fuse_requantize;
   o.lora_dtype = runtime::parse_lora_dtype(a.lora_dtype);
-  o.activations = runtime::parse_activations(a.activations);
+  o.activations = compute::parse_activations(a.activations);
   return o;
 }
 

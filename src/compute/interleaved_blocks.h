@@ -1,4 +1,4 @@
-// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights, and mlx-lm affine 4-bit / 8-bit
+// Internal to the compute layer (compute/weight.cpp dispatches through it): GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights, and mlx-lm affine 4-bit / 8-bit
 // weights, copied at load into groups of 16 rows
 // interleaved word by word (llama.cpp's "repack" idea), for the kernels that keep one output row per
 // vector lane: one vpdpbusd multiplies four columns of 16 weight rows by the same four activation

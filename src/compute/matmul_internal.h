@@ -1,4 +1,4 @@
-// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): the per-ISA matmul kernels behind graft::compute::matmul().
+// Internal to the compute layer (compute/weight.cpp dispatches through it): the per-ISA matmul kernels behind graft::compute::matmul().
 #pragma once
 #include <cstdint>
 

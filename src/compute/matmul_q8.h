@@ -1,4 +1,4 @@
-// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): matmul on GGUF block weights with 8-bit activations and integer
+// Internal to the compute layer (compute/weight.cpp dispatches through it): matmul on GGUF block weights with 8-bit activations and integer
 // dot products (llama.cpp's scheme: each activation row quantized once, to int8 in blocks of 32
 // with an F32 scale d = max|x| / 127, q = round(x / d)).
 //

@@ -1,4 +1,4 @@
-// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): SIMD pieces shared by the GGUF unpackers, the q8 kernels and the
+// Internal to the compute layer (compute/weight.cpp dispatches through it): SIMD pieces shared by the GGUF unpackers, the q8 kernels and the
 // dense kernels' final sums. The horizontal sums are the fixed trees every kernel's scalar model
 // uses, so kernels that share them agree bit for bit. AVX2/FMA/F16C is the build's baseline ISA;
 // hsum16 and the eight-at-once trees need AVX-512 and are only called from functions compiled for it.

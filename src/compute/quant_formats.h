@@ -1,4 +1,4 @@
-// Internal to the compute layer (runtime/matmul.cpp also dispatches through it): GGUF block formats as the integer kernels see them.
+// Internal to the compute layer (compute/weight.cpp dispatches through it): GGUF block formats as the integer kernels see them.
 //
 // A weight row of k columns is unpacked (into a small per-thread buffer, once per matmul call and
 // row, whatever the number of activation rows) to one 8-bit code per weight and F32 scales:

@@ -132,22 +132,6 @@ bool same_matrix(const Matrix& a, const Matrix& b) {
 
 }  // namespace
 
-Matrix Matrix::of(Tensor t) {
-  Matrix m;
-  m.rows = t.shape.size() == 2 ? t.shape[0] : 0;
-  m.cols = t.shape.size() == 2 ? t.shape[1] : 0;
-  m.dense = std::move(t);
-  return m;
-}
-
-Matrix Matrix::of(AffineQuantized q) {
-  Matrix m;
-  m.rows = q.rows;
-  m.cols = q.cols;
-  m.quant = std::move(q);
-  return m;
-}
-
 std::vector<const Matrix*> LayerWeights::matrices() const {
   std::vector<const Matrix*> out = {&q, &k, &v, &o};
   if (experts.empty()) {

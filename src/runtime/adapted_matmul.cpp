@@ -7,13 +7,13 @@ namespace graft::runtime {
 void matmul_adapted(ThreadPool& pool, const float* x, int64_t m, std::span<const AdaptedTarget> targets,
                     std::span<const RowDowns> downs) {
   std::vector<std::unique_ptr<TermsDown>> parts;  // one per RowDowns: its scales (DoRA's factors)
-  std::vector<MatmulTarget> first;
+  std::vector<compute::MatmulTarget> first;
   for (const RowDowns& d : downs) {
     parts.push_back(std::make_unique<TermsDown>(pool, d.terms, m, *d.scales));
     first.insert(first.end(), parts.back()->targets().begin(), parts.back()->targets().end());
   }
   std::vector<compute::ColumnEpilogue> epilogues(targets.size());
-  std::vector<MatmulTarget> mm(targets.size());
+  std::vector<compute::MatmulTarget> mm(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     const AdaptedTarget& t = targets[i];
     const bool has_bias = t.bias && t.bias->data;
@@ -37,9 +37,9 @@ void matmul_adapted(ThreadPool& pool, const float* x, int64_t m, std::span<const
     mm[i] = {t.w, t.y, (has_bias || !t.ups.empty()) ? &epilogues[i] : nullptr};
   }
   if (parts.empty())
-    matmul_many(pool, x, m, mm);
+    compute::matmul_many(pool, x, m, mm);
   else
-    matmul_many(pool, x, m, mm, first, [&] {
+    compute::matmul_many(pool, x, m, mm, first, [&] {
       for (const auto& p : parts) p->finish();
     });
 }

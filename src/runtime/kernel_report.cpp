@@ -1,4 +1,5 @@
-// One line for `graft generate`: which weight formats the model holds and which kernels run them.
+// A model's weights on the kernels: preparing every matrix, and one line for `graft generate` (and
+// /props) saying which weight formats the model holds and which kernels run them.
 #include <map>
 #include <string>
 
@@ -6,6 +7,13 @@
 #include "graft/runtime/kernels.h"
 
 namespace graft::runtime {
+
+int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool, compute::Activations a) {
+  int64_t bytes = compute::prepare_weight(w.lm_head, &pool, a);  // (not the embedding: read by rows, as stored)
+  for (auto& L : w.layers)
+    for (model::Matrix* m : L.matrices()) bytes += compute::prepare_weight(*m, &pool, a);
+  return bytes;
+}
 
 std::string describe_kernels(const model::ModelWeights& w) {
   std::map<std::string, int> formats;
@@ -41,8 +49,8 @@ std::string describe_kernels(const model::ModelWeights& w) {
   return s;
 }
 
-const char* activations_in_force(const model::ModelWeights& w, Activations requested) {
-  if (requested == Activations::F32) return "f32";
+const char* activations_in_force(const model::ModelWeights& w, compute::Activations requested) {
+  if (requested == compute::Activations::F32) return "f32";
   // Q8 rounds the activations only of matrices whose kernel takes rounded rows: GGUF blocks and
   // interleaved mlx affine rows (8-bit), dense BF16 on vdpbf16ps (BF16). A model with none of them
   // (F32 or F16 weights, BF16 without AVX512-BF16) runs unrounded activations whatever the option.

@@ -9,7 +9,6 @@
 #include "graft/core/gguf_quantize.h"
 #include "graft/model/family.h"
 #include "graft/model/model_adapters.h"
-#include "compute/interleaved_blocks.h"
 
 namespace graft::runtime {
 
@@ -268,7 +267,7 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
           t.up_q8 = std::make_shared<const compute::UpQ8>(compute::quantize_up_q8(rows_to_f32(t.b, 0, rows).data(), rows, r));
           t.bt = Tensor();
           t.down = model::Matrix::of(t.a);
-          t.down.interleaved = compute::interleave_enabled(DType::Q8_0) ? compute::interleave_blocks(t.a) : nullptr;
+          compute::prepare_weight(t.down, nullptr, compute::Activations::Q8);  // interleaved where the CPU runs it
         } else {
           t.bt = factor_in(t.bt, *factor_dtype, "B^T [r, out]", tensor, path);
         }

@@ -173,7 +173,7 @@ void TermsDown::finish() const {
 void lora_terms_down(ThreadPool& pool, std::span<const TermDown> terms, const float* xs, int64_t n,
                      const std::vector<float>& seq_scales) {
   const TermsDown d(pool, terms, n, seq_scales);
-  matmul_many(pool, xs, n, d.targets());
+  compute::matmul_many(pool, xs, n, d.targets());
   d.finish();
 }
 

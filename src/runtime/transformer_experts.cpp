@@ -161,9 +161,9 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
       ps.push_back({experts[i], 1, &X.up, up.data() + i * n * F});
     }
     if (run_inline(pool, groups, scale_of, layer, in, n, rows, ps)) return;
-    std::vector<MatmulTarget> mm;
+    std::vector<compute::MatmulTarget> mm;
     for (const ExpertProjection& p : ps) mm.push_back({p.w, p.y});
-    matmul_many(pool, in, n, mm);
+    compute::matmul_many(pool, in, n, mm);
     for (const ExpertProjection& p : ps) add_terms(p.expert, p.part, rows, in, H, *p.w, p.y);
   };
   if (together) {

@@ -533,7 +533,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
     fail_as(ErrorKind::kIo, "cannot listen on ", o.host, ":", port, " (in use, or not an address of this machine)");
   }
   std::fprintf(stderr, "graft serve: listening on http://%s:%d (loading %s, --activations %s)\n", o.host.c_str(), port,
-               eo.model.c_str(), runtime::activations_name(eo.activations));
+               eo.model.c_str(), compute::activations_name(eo.activations));
   std::thread http([&svr] { svr.listen_after_bind(); });
 
   std::atomic<bool> load_done{false};

@@ -44,7 +44,7 @@ TEST_P(Bf16DotModel, LogitsWithinTransformersNativeBf16Distance) {
   const nlohmann::json ref = nlohmann::json::parse(in);
   model::LoadedModel m = model::load_model(dir);
   ThreadPool pool(2);
-  prepare_weights(m.weights, pool, Activations::Q8);
+  prepare_weights(m.weights, pool, compute::Activations::Q8);
   ASSERT_TRUE(m.weights.layers[0].q.bf16_activations);
   EXPECT_NE(describe_kernels(m.weights).find("bf16-dot"), std::string::npos) << describe_kernels(m.weights);
   const auto logits_file = io::SafetensorsFile::open(dir + "/reference.safetensors");

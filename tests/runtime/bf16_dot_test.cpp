@@ -10,7 +10,7 @@
 //   * the error bound against F32 math on the unrounded x (any CPU: on the reference where the
 //     kernel cannot run): |y - Σ x·w| <= 2^-8·Σ|x·w|. Rounding x to BF16 moves each element by at
 //     most 2^-9 relative; the F32 sums over k <= 4096 add well under 2^-9 more.
-//   * model::Matrix dispatch: prepare_matrix under q8 turns the path on exactly where the CPU has
+//   * model::Matrix dispatch: prepare_weight under q8 turns the path on exactly where the CPU has
 //     it, under f32 keeps the exact F32 kernel; matmul and matmul_many give the kernel's bits.
 // On CPUs without AVX512-BF16 the kernel tests skip (the F32 path is then the only one, tested by
 // matmul_test.cpp).
@@ -230,9 +230,9 @@ TEST(Bf16Dot, MatrixDispatchFollowsTheActivations) {
   const int64_t m = 13, k = 100, n = 50;
   const std::vector<float> x = activations(m, k, rng);
   model::Matrix q8 = model::Matrix::of(bf16_weights(n, k, rng)), f32 = q8, second = model::Matrix::of(bf16_weights(n, k, rng));
-  prepare_matrix(q8, two, Activations::Q8);
-  prepare_matrix(second, two, Activations::Q8);
-  prepare_matrix(f32, two, Activations::F32);
+  compute::prepare_weight(q8, &two, compute::Activations::Q8);
+  compute::prepare_weight(second, &two, compute::Activations::Q8);
+  compute::prepare_weight(f32, &two, compute::Activations::F32);
   EXPECT_EQ(q8.bf16_activations, compute::bf16_dot_supported());
   EXPECT_FALSE(f32.bf16_activations);
   std::vector<float> y(static_cast<size_t>(m * n)), want(y.size()), y2(y.size()), want2(y.size());
@@ -246,8 +246,8 @@ TEST(Bf16Dot, MatrixDispatchFollowsTheActivations) {
   compute::matmul_bf16_dot_reference(x.data(), m, k, q8.dense, want.data());
   EXPECT_TRUE(same_bits(y, want));
   std::fill(y.begin(), y.end(), 0.0f);
-  const MatmulTarget targets[] = {{&q8, y.data()}, {&second, y2.data()}};
-  matmul_many(two, x.data(), m, targets);
+  const compute::MatmulTarget targets[] = {{&q8, y.data()}, {&second, y2.data()}};
+  compute::matmul_many(two, x.data(), m, targets);
   compute::matmul_bf16_dot_reference(x.data(), m, k, second.dense, want2.data());
   EXPECT_TRUE(same_bits(y, want));
   EXPECT_TRUE(same_bits(y2, want2));

@@ -1,4 +1,4 @@
-// --activations f32 (runtime::Activations::F32): quantized weights with unrounded activations. The
+// --activations f32 (compute::Activations::F32): quantized weights with unrounded activations. The
 // reference is the exact-dequantized path, the one `--dtype f32` loads (GGUF blocks converted to F32
 // at load, F32 math: what transformers computes on the same file) and the one mlx matrices run when
 // not interleaved (matmul_affine's F32 kernel, held to mlx-lm's logits by quantized_test.cpp).
@@ -57,11 +57,11 @@ TEST(F32Activations, TinyGgufBlocksEqualTheDequantizedModel) {
   model::LoadedModel q8 = model::load_model(dir), unused = model::load_model(dir);
   quantize_projections(q8, unused);  // (the quantizers are deterministic: the same blocks)
   ThreadPool pool(2);
-  EXPECT_EQ(prepare_weights(q.weights, pool, Activations::F32), 0);  // nothing copied
+  EXPECT_EQ(prepare_weights(q.weights, pool, compute::Activations::F32), 0);  // nothing copied
   EXPECT_TRUE(q.weights.layers[0].q.f32_activations);
   EXPECT_NE(describe_kernels(q.weights).find("gguf-blocks f32-activations"), std::string::npos)
       << describe_kernels(q.weights);
-  prepare_weights(q8.weights, pool, Activations::Q8);
+  prepare_weights(q8.weights, pool, compute::Activations::Q8);
   for (const auto& ids : kPrompts) {
     const auto want = test::prompt_logits(deq, nullptr, {}, ids);
     EXPECT_EQ(test::prompt_logits(q, nullptr, {}, ids, 2), want);
@@ -80,7 +80,7 @@ TEST(F32Activations, SmolLM2Q4_1EqualsDtypeF32) {
   const model::LoadedModel f32 = model::load_model(test::smollm2_gguf(), f32o);
   model::LoadedModel q = model::load_model(test::smollm2_gguf());
   ThreadPool pool(2);
-  prepare_weights(q.weights, pool, Activations::F32);
+  prepare_weights(q.weights, pool, compute::Activations::F32);
   EXPECT_EQ(q.weights.layers[0].q.dense.dtype, DType::Q4_1);  // kept as stored
   EXPECT_EQ(q.weights.layers[0].q.interleaved, nullptr);
   const auto ids = test::read_json(test::fixture("smollm2/greedy_reference.json"))["prompts"][0]["ids"].get<std::vector<int32_t>>();
@@ -93,7 +93,7 @@ TEST(F32Activations, MlxAffineStaysOnTheF32Kernel) {
   model::LoadedModel q = model::load_model(dir), plain = model::load_model(dir);
   ASSERT_TRUE(q.weights.layers[0].q.quantized());
   ThreadPool pool(2);
-  EXPECT_EQ(prepare_weights(q.weights, pool, Activations::F32), 0);
+  EXPECT_EQ(prepare_weights(q.weights, pool, compute::Activations::F32), 0);
   EXPECT_EQ(q.weights.layers[0].q.interleaved, nullptr);
   EXPECT_FALSE(q.weights.layers[0].q.f32_activations);
   for (const auto& ids : kPrompts) EXPECT_EQ(test::prompt_logits(q, nullptr, {}, ids), test::prompt_logits(plain, nullptr, {}, ids));
@@ -104,30 +104,30 @@ TEST(F32Activations, InForceFollowsTheWeights) {
   const std::string dir = test::fixture("models/llama_f32");
   ThreadPool pool(2);
   model::LoadedModel dense = model::load_model(dir);  // F32 weights: q8 rounds nothing
-  prepare_weights(dense.weights, pool, Activations::Q8);
-  EXPECT_STREQ(activations_in_force(dense.weights, Activations::Q8), "f32");
+  prepare_weights(dense.weights, pool, compute::Activations::Q8);
+  EXPECT_STREQ(activations_in_force(dense.weights, compute::Activations::Q8), "f32");
   model::LoadedModel q = model::load_model(dir), deq = model::load_model(dir);
   quantize_projections(q, deq);
   model::LoadedModel q8 = model::load_model(dir), unused = model::load_model(dir);
   quantize_projections(q8, unused);
-  prepare_weights(q8.weights, pool, Activations::Q8);
-  EXPECT_STREQ(activations_in_force(q8.weights, Activations::Q8), "q8");
-  prepare_weights(q.weights, pool, Activations::F32);
-  EXPECT_STREQ(activations_in_force(q.weights, Activations::F32), "f32");
-  EXPECT_STREQ(activations_in_force(unused.weights, Activations::Q8), "f32");  // (the dequantized twin)
+  prepare_weights(q8.weights, pool, compute::Activations::Q8);
+  EXPECT_STREQ(activations_in_force(q8.weights, compute::Activations::Q8), "q8");
+  prepare_weights(q.weights, pool, compute::Activations::F32);
+  EXPECT_STREQ(activations_in_force(q.weights, compute::Activations::F32), "f32");
+  EXPECT_STREQ(activations_in_force(unused.weights, compute::Activations::Q8), "f32");  // (the dequantized twin)
   // Not interleaved (GRAFT_Q8_INTERLEAVE=0's effect): GGUF blocks still take 8-bit activations.
   model::LoadedModel stored = model::load_model(dir), twin = model::load_model(dir);
   quantize_projections(stored, twin);
-  EXPECT_STREQ(activations_in_force(stored.weights, Activations::Q8), "q8");
+  EXPECT_STREQ(activations_in_force(stored.weights, compute::Activations::Q8), "q8");
 }
 
 TEST(F32Activations, OptionNames) {
-  EXPECT_EQ(parse_activations("q8"), Activations::Q8);
-  EXPECT_EQ(parse_activations("f32"), Activations::F32);
-  EXPECT_STREQ(activations_name(Activations::F32), "f32");
-  EXPECT_STREQ(activations_name(Activations::Q8), "q8");
+  EXPECT_EQ(compute::parse_activations("q8"), compute::Activations::Q8);
+  EXPECT_EQ(compute::parse_activations("f32"), compute::Activations::F32);
+  EXPECT_STREQ(compute::activations_name(compute::Activations::F32), "f32");
+  EXPECT_STREQ(compute::activations_name(compute::Activations::Q8), "q8");
   try {
-    parse_activations("f16");
+    compute::parse_activations("f16");
     ADD_FAILURE() << "f16 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--activations: 'f16' is not an activation type (allowed: q8, f32)"),

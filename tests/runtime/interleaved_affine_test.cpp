@@ -184,7 +184,7 @@ TEST(InterleavedAffine, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
 // Through the public entry points, as a model runs them.
 model::Matrix affine_matrix(const Case& c, uint32_t seed, ThreadPool& pool) {
   model::Matrix m = model::Matrix::of(random_affine(c, seed));
-  if (runtime::prepare_matrix(m, pool) == 0) m.interleaved = compute::interleave_affine(m.quant);  // (GRAFT_Q8_INTERLEAVE=0)
+  if (compute::prepare_weight(m, &pool) == 0) m.interleaved = compute::interleave_affine(m.quant);  // (GRAFT_Q8_INTERLEAVE=0)
   return m;
 }
 

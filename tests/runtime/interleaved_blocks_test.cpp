@@ -214,17 +214,17 @@ TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
   ThreadPool pool(1);
   model::Matrix q8 = model::Matrix::of(random_blocks(DType::Q8_0, 16, 64, 47));
   model::Matrix q3k = model::Matrix::of(random_blocks(DType::Q3_K, 16, 256, 53));
-  const int64_t bytes = runtime::prepare_matrix(q8, pool);
+  const int64_t bytes = compute::prepare_weight(q8, &pool);
   EXPECT_EQ(q8.interleaved != nullptr, compute::interleave_enabled(DType::Q8_0));
   EXPECT_EQ(bytes, q8.interleaved ? q8.interleaved->nbytes() : 0);
-  EXPECT_EQ(runtime::prepare_matrix(q3k, pool), 0);  // (read as stored)
+  EXPECT_EQ(compute::prepare_weight(q3k, &pool), 0);  // (read as stored)
   EXPECT_EQ(q3k.interleaved, nullptr);
   model::Matrix q6k = model::Matrix::of(random_blocks(DType::Q6_K, 16, 256, 53));
-  const int64_t q6k_bytes = runtime::prepare_matrix(q6k, pool);
+  const int64_t q6k_bytes = compute::prepare_weight(q6k, &pool);
   EXPECT_EQ(q6k_bytes, q6k.interleaved ? q6k.interleaved->nbytes() : 0);
   EXPECT_EQ(q6k.interleaved != nullptr, compute::interleave_enabled(DType::Q6_K));
   model::Matrix q4k = model::Matrix::of(random_blocks(DType::Q4_K, 16, 256, 54));
-  const int64_t q4k_bytes = runtime::prepare_matrix(q4k, pool);
+  const int64_t q4k_bytes = compute::prepare_weight(q4k, &pool);
   EXPECT_EQ(q4k_bytes, q4k.interleaved ? q4k.interleaved->nbytes() : 0);
   EXPECT_EQ(q4k.interleaved != nullptr, compute::interleave_enabled(DType::Q4_K));
   EXPECT_EQ(compute::interleave_enabled(DType::Q4_K), compute::interleave_enabled(DType::Q4_0));
@@ -356,7 +356,7 @@ TEST_P(InterleavedKernel, Q4KEqualsTheBlockModel) {
           << "m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
   }
-  // Activations at ±127 against the extreme codes (the pairs of a naive maddubs would add up).
+  // compute::Activations at ±127 against the extreme codes (the pairs of a naive maddubs would add up).
   const int64_t m = 3, n = 17, k = 512;
   std::vector<float> x(static_cast<size_t>(m * k));
   for (int64_t i = 0; i < m; ++i)
@@ -424,7 +424,7 @@ TEST_P(InterleavedKernel, Q6KEqualsTheBlockModel) {
           << "m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
   }
-  // Activations at ±127 against the extreme codes (AVX2's shifted codes reach −128: maddubs pairs at
+  // compute::Activations at ±127 against the extreme codes (AVX2's shifted codes reach −128: maddubs pairs at
   // 2·128·127, one short of saturating).
   const int64_t m = 3, n = 17, k = 768;
   std::vector<float> x(static_cast<size_t>(m * k));

@@ -282,9 +282,9 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
             std::lock_guard<std::mutex> lk(mu);
             for (int64_t j = j0; j < j1; ++j) ++seen[i][static_cast<size_t>(j)];
           });
-        std::vector<MatmulTarget> targets;
+        std::vector<compute::MatmulTarget> targets;
         for (size_t i = 0; i < set.size(); ++i) targets.push_back({&set[i], ys[i].data(), &eps[i]});
-        matmul_many(pool, x.data(), m, targets);
+        compute::matmul_many(pool, x.data(), m, targets);
         for (size_t i = 0; i < set.size(); ++i) {
           for (size_t e = 0; e < ys[i].size(); ++e)
             ASSERT_EQ(ys[i][e], refs[i][e]) << "target " << i << " m " << m << " threads " << threads << " at " << e;
@@ -296,15 +296,15 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
         const model::Matrix& last = set.back();
         std::vector<float> y_main(static_cast<size_t>(m * last.rows), -7.0f);
         std::vector<std::vector<float>> y_first;
-        std::vector<MatmulTarget> first;
+        std::vector<compute::MatmulTarget> first;
         for (size_t i = 0; i + 1 < set.size(); ++i) y_first.emplace_back(ys[i].size(), -7.0f);
         for (size_t i = 0; i + 1 < set.size(); ++i) first.push_back({&set[i], y_first[i].data(), nullptr});
         std::atomic<int> after_calls{0}, main_before_after{0};
         const compute::ColumnEpilogue main_ep = [&](int64_t, int64_t) {
           if (after_calls.load() == 0) ++main_before_after;
         };
-        const MatmulTarget main[] = {{&last, y_main.data(), &main_ep}};
-        matmul_many(pool, x.data(), m, main, first, [&] {
+        const compute::MatmulTarget main[] = {{&last, y_main.data(), &main_ep}};
+        compute::matmul_many(pool, x.data(), m, main, first, [&] {
           for (size_t i = 0; i < y_first.size(); ++i) EXPECT_EQ(y_first[i], refs[i]) << "first target " << i;
           ++after_calls;
         });

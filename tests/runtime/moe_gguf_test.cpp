@@ -37,7 +37,7 @@ struct GgufCase {
   const char* reference;  // safetensors holding `key`<i>
   const char* key;
   const char* ids;        // reference.json with the prompts
-  Activations activations;
+  compute::Activations activations;
 };
 
 TEST(MoeFamily, GgufMatchesTransformers) {
@@ -46,13 +46,13 @@ TEST(MoeFamily, GgufMatchesTransformers) {
   const char* qwen_ref = "models_gguf/qwen3_moe_q8_0.reference.safetensors";
   const GgufCase cases[] = {
       {"models_gguf/mixtral_f32.gguf", "models/mixtral_f32/reference.safetensors", "logits_", mixtral_ids,
-       Activations::F32},
+       compute::Activations::F32},
       {"models_gguf/mixtral_q8_0.gguf", "models_gguf/mixtral_q8_0.reference.safetensors", "logits_q8_", mixtral_ids,
-       Activations::F32},
-      {"models_gguf/qwen3_moe_q8_0.gguf", qwen_ref, "logits_q8_", qwen_ids, Activations::F32},
+       compute::Activations::F32},
+      {"models_gguf/qwen3_moe_q8_0.gguf", qwen_ref, "logits_q8_", qwen_ids, compute::Activations::F32},
       {"models_gguf/mixtral_q8_0.gguf", "models_gguf/mixtral_q8_0.reference.safetensors", "logits_q8_", mixtral_ids,
-       Activations::Q8},
-      {"models_gguf/qwen3_moe_q8_0.gguf", qwen_ref, "logits_q8_", qwen_ids, Activations::Q8},
+       compute::Activations::Q8},
+      {"models_gguf/qwen3_moe_q8_0.gguf", qwen_ref, "logits_q8_", qwen_ids, compute::Activations::Q8},
   };
   for (const GgufCase& k : cases) {
     model::LoadedModel lm = model::load_model(test::fixture(k.file));
@@ -77,9 +77,9 @@ TEST(MoeFamily, GgufMatchesTransformers) {
         worst = std::max(worst, d);
         far += d > 0.3f;
       }
-      const std::string what = std::string(k.file) + " " + activations_name(k.activations) + " prompt " + std::to_string(p);
+      const std::string what = std::string(k.file) + " " + compute::activations_name(k.activations) + " prompt " + std::to_string(p);
       std::printf("%s: max |logit - reference| = %.6f, %zu of %zu positions > 0.3\n", what.c_str(), worst, far, ids.size());
-      if (k.activations == Activations::F32) {
+      if (k.activations == compute::Activations::F32) {
         EXPECT_LE(worst, 1e-4f) << what;
       } else {
         EXPECT_LE(worst, 3.0f) << what;
@@ -134,7 +134,7 @@ TEST(MoeFamily, GgufMatchesLlamaCpp) {
     const json& f = ref["files"][k.name];
     model::LoadedModel lm = model::load_model(test::fixture(f["file"].get<std::string>()));
     ThreadPool pool(2);
-    prepare_weights(lm.weights, pool, Activations::Q8);  // F32 weights stay F32
+    prepare_weights(lm.weights, pool, compute::Activations::Q8);  // F32 weights stay F32
     Transformer t(lm.config, lm.weights);
     for (size_t p = 0; p < f["prompts"].size(); ++p) {
       const json& pr = f["prompts"][p];

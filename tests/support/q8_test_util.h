@@ -85,7 +85,7 @@ inline double check_activation_rounding(const std::vector<float>& got, const std
 inline std::vector<float> run_matrix(const model::Matrix& w, const float* x, int64_t m, int threads) {
   ThreadPool pool(threads);
   std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
-  runtime::matmul(pool, x, m, w, y.data());
+  compute::matmul(pool, x, m, w, y.data());
   return y;
 }
 
@@ -94,11 +94,11 @@ inline std::vector<float> run_matrix(const model::Matrix& w, const float* x, int
 inline void expect_many_equals_each(std::initializer_list<const model::Matrix*> ws, const float* x, int64_t m) {
   ThreadPool pool(2);
   std::vector<std::vector<float>> ys;
-  std::vector<runtime::MatmulTarget> targets;
+  std::vector<compute::MatmulTarget> targets;
   for (const model::Matrix* w : ws) ys.emplace_back(static_cast<size_t>(m * w->rows));
   size_t i = 0;
   for (const model::Matrix* w : ws) targets.push_back({w, ys[i++].data()});
-  runtime::matmul_many(pool, x, m, targets);
+  compute::matmul_many(pool, x, m, targets);
   i = 0;
   for (const model::Matrix* w : ws) EXPECT_EQ(ys[i++], run_matrix(*w, x, m, 1)) << "matrix " << i - 1;
 }

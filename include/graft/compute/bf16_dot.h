@@ -1,6 +1,6 @@
 // BF16 weights against BF16-rounded activations on vdpbf16ps (AVX512-BF16): the fast path for
 // dense BF16 matrices under `--activations q8` on CPUs that have the instruction (runtime's
-// prepare_matrix sets model::Matrix::bf16_activations). `--activations f32`, AVX2-only CPUs and
+// prepare_weight sets compute::Weight::bf16_activations). `--activations f32`, AVX2-only CPUs and
 // GRAFT_BF16_DOT=0 keep kernels.h's exact F32-FMA path (BF16 weights widened, x never rounded).
 //
 // The arithmetic, fixed for every m, tile and thread count (so a prefill row equals its decode bit

@@ -1,10 +1,10 @@
 // Tensor-level compute kernels on the CPU (the compute layer, namespace graft::compute: no model
 // types; runtime/kernels.h dispatches a model::Matrix of any format onto these).
 //
-// Activations are F32; dense weights (F32, F16 or BF16) are always
+// compute::Activations are F32; dense weights (F32, F16 or BF16) are always
 // accumulated in F32 (BF16/F16 weights widen exactly to F32; x is never rounded). (The one dense
 // exception is opt-in and lives in compute/bf16_dot.h: BF16 weights against BF16-rounded x on
-// vdpbf16ps, which runtime's Activations::Q8 selects on AVX512-BF16 CPUs.) GGUF block
+// vdpbf16ps, which runtime's compute::Activations::Q8 selects on AVX512-BF16 CPUs.) GGUF block
 // weights (Q4_0 ... Q6_K, IQ4) are used as stored: each activation row is quantized once to 8 bits
 // and multiplied with integer dot products (compute/matmul_q8.h: the error bound against F32 math). The widest ISA
 // the CPU supports (AVX-512 F/BW/VL, else the AVX2/FMA/F16C baseline) is chosen at run time;
@@ -33,7 +33,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor
             bool accumulate = false, const ColumnEpilogue* epilogue = nullptr);
 
 // The same product with x never rounded, whatever w's format: GGUF blocks are dequantized tile by
-// tile (a few rows at a time, in L2) and run on the dense F32 kernels (Activations::F32).
+// tile (a few rows at a time, in L2) and run on the dense F32 kernels (compute::Activations::F32).
 void matmul_f32_activations(ThreadPool& pool, const float* x, int64_t m, int64_t k, const Tensor& w, float* y,
                             bool accumulate = false, const ColumnEpilogue* epilogue = nullptr);
 

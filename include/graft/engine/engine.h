@@ -29,7 +29,7 @@ struct EngineOptions {
   runtime::LoraDType lora_dtype;     // unfused factors: as stored (nullopt), or F32 / BF16 / Q8_0
   // How quantized weights meet the activations (--activations; runtime/kernels.h): 8-bit (the
   // integer kernels) or unrounded F32 (the reference frameworks' numbers).
-  runtime::Activations activations = runtime::Activations::Q8;
+  compute::Activations activations = compute::Activations::Q8;
   // Adapters added and removed at run time, each sequence carrying its own (graft serve): the
   // registry is dynamic (AdapterRegistry), the startup adapters its first entries, within
   // `residency`. Not with `fuse`.

@@ -9,38 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "graft/compute/weight.h"
 #include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
 #include "graft/io/tensor_source.h"
 #include "graft/model/config.h"
 
-namespace graft::compute {
-struct InterleavedBlocks;
-}
-
 namespace graft::model {
 
-// One weight matrix [rows, cols]: dense, or affine-quantized (then `dense` is empty).
-struct Matrix {
-  Tensor dense;           // F32/F16/BF16 or GGUF blocks [rows, cols]
-  AffineQuantized quant;  // when quantized()
-  int64_t rows = 0, cols = 0;
-  // A copy of GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K blocks or mlx affine codes laid out for one integer kernel, made after load by
-  // runtime::prepare_weights on CPUs that run it; matmul then reads it instead of `dense` (which
-  // stays: embedding rows, adapters and tools read the stored form).
-  std::shared_ptr<const compute::InterleavedBlocks> interleaved;
-  // GGUF blocks multiplied with unrounded F32 activations (runtime::Activations::F32, set by
-  // prepare_weights): each tile of rows dequantized, then the dense F32 kernel.
-  bool f32_activations = false;
-  // BF16 weights multiplied with BF16-rounded activations on vdpbf16ps (Activations::Q8 on CPUs
-  // with AVX512-BF16, set by prepare_weights; compute/bf16_dot.h: the arithmetic and its error).
-  bool bf16_activations = false;
-
-  bool quantized() const { return quant.bits != 0; }
-  int64_t nbytes() const { return quantized() ? quant.nbytes() : dense.nbytes(); }
-  static Matrix of(Tensor t);
-  static Matrix of(AffineQuantized q);
-};
+// One weight matrix: compute's Weight (stored form, prepared copy, activation rounding).
+using Matrix = compute::Weight;
 
 // One expert of a mixture-of-experts layer: a SwiGLU MLP [moe_inter, hidden] x2, [hidden, moe_inter].
 struct ExpertWeights {

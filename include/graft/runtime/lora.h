@@ -174,7 +174,7 @@ void lora_terms_down(ThreadPool& pool, std::span<const TermDown> terms, const fl
 class TermsDown {
  public:
   TermsDown(ThreadPool& pool, std::span<const TermDown> terms, int64_t n, const std::vector<float>& seq_scales);
-  std::span<const MatmulTarget> targets() const { return targets_; }
+  std::span<const compute::MatmulTarget> targets() const { return targets_; }
   void finish() const;
 
  private:
@@ -182,7 +182,7 @@ class TermsDown {
   int64_t n_;
   std::vector<std::vector<float>> f32_;  // x·Aᵀ of the 8-bit terms, before rounding
   std::vector<model::Matrix> plain_;     // A of a term built without `down`
-  std::vector<MatmulTarget> targets_;
+  std::vector<compute::MatmulTarget> targets_;
 };
 // Applies the term to output columns [j0, j1) of one row y (the whole row, `out` wide): LoRA/LoHa
 // y += σ·(low·Bᵀ), LoKr y += σ·low[src rows], DoRA y = f(σ) ⊙ (y + σ·(low·Bᵀ)); σ = t.scale·seq_scale.

@@ -1,5 +1,5 @@
-// matmul() on a model::Matrix (dispatch by format: dense, GGUF blocks as stored or interleaved, mlx
-// affine), matmul_many, and preparing a model's matrices for the CPU's kernels.
+// matmul() on a Weight (dispatch by format: dense, GGUF blocks as stored or interleaved, mlx
+// affine), matmul_many, and preparing a weight for the CPU's kernels.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -9,15 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "graft/compute/weight.h"
 #include "graft/core/error.h"
 #include "graft/compute/bf16_dot.h"
-#include "graft/runtime/kernels.h"
-#include "graft/model/weights.h"
 #include "compute/interleaved_blocks.h"
 #include "compute/matmul_internal.h"
 #include "compute/matmul_q8.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 
 namespace {
 // Columns per parallel_for unit when a call includes interleaved weights: one 16-row group.
@@ -29,36 +28,36 @@ constexpr int64_t kGroupCols = 16;
 constexpr int kChunksPerThread = 4;
 }  // namespace
 
-void matmul(ThreadPool& pool, const float* x, int64_t m, const model::Matrix& w, float* y, bool accumulate,
-            const compute::ColumnEpilogue* epilogue) {
+void matmul(ThreadPool& pool, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
+            const ColumnEpilogue* epilogue) {
   if (w.interleaved) {
-    const compute::InterleavedBlocks& b = *w.interleaved;
+    const InterleavedBlocks& b = *w.interleaved;
     if (m == 0 || b.n == 0) return;
     if (!x || !y) fail("matmul: null x or output pointer");
-    compute::detail::Q8Activations act;
-    compute::detail::quantize_activations(x, m, b.k, act, &pool);
-    const compute::detail::Q8Kernel q8 = compute::detail::best_q8_kernel();
-    compute::detail::prepare_interleaved(act, q8, pool);
+    detail::Q8Activations act;
+    detail::quantize_activations(x, m, b.k, act, &pool);
+    const detail::Q8Kernel q8 = detail::best_q8_kernel();
+    detail::prepare_interleaved(act, q8, pool);
     const int64_t groups = b.groups();
-    const int64_t grain = std::max<int64_t>(1, compute::detail::kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
+    const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
     pool.parallel_for(
         groups,
         [&](int64_t g0, int64_t g1) {
           const int64_t j0 = g0 * kGroupCols, j1 = std::min(b.n, g1 * kGroupCols);
-          compute::detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, q8);
+          detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, q8);
           if (epilogue) (*epilogue)(j0, j1);
         },
         grain, kChunksPerThread);
     return;
   }
   if (w.quantized())
-    compute::matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
+    matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
   else if (w.bf16_activations)
-    compute::matmul_bf16_dot(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+    matmul_bf16_dot(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
   else if (w.f32_activations)
-    compute::matmul_f32_activations(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+    matmul_f32_activations(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
   else
-    compute::matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+    matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
 }
 
 void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> main_targets,
@@ -74,21 +73,21 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   // targets from a multiple of 16, so no unit holds columns of both kinds).
   std::vector<DType> block_types;  // of the GGUF block weights read as stored
   bool any_blocks = false, any_interleaved = false, any_bf16 = false;
-  std::vector<compute::AffinePrepared> affine(targets.size());
+  std::vector<AffinePrepared> affine(targets.size());
   std::vector<int64_t> start(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) {
-    const model::Matrix& w = *targets[i].w;
+    const Weight& w = *targets[i].w;
     if (w.cols != k) fail_as(ErrorKind::kInternal, "matmul_many: targets of ", k, " and ", w.cols, " columns");
     if (i < n_first && targets[i].epilogue) fail_as(ErrorKind::kInternal, "matmul_many: a first target with an epilogue");
     if (w.interleaved) {  // (GGUF blocks or mlx affine: the same int8 activations)
       any_blocks = any_interleaved = true;
     } else if (w.quantized()) {
-      affine[i] = compute::prepare_affine(x, m, k, w.quant);
+      affine[i] = prepare_affine(x, m, k, w.quant);
     } else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations) {
       any_blocks = true;
       block_types.push_back(w.dense.dtype);
     } else {
-      compute::detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y);
+      detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y);
       if (w.bf16_activations && w.dense.dtype != DType::BF16)
         fail_as(ErrorKind::kInternal, "matmul_many: bf16 activations on a ", dtype_name(w.dense.dtype), " matrix");
       any_bf16 = any_bf16 || w.bf16_activations;
@@ -96,19 +95,19 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
     start[i + 1] = start[i] + w.rows;
     if (i + 1 == n_first) start[i + 1] = (start[i + 1] + kGroupCols - 1) / kGroupCols * kGroupCols;
   }
-  const compute::detail::Q8Kernel q8 = compute::detail::best_q8_kernel();
-  compute::detail::Q8Activations act;
-  if (any_blocks) compute::detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
-  if (any_interleaved) compute::detail::prepare_interleaved(act, q8, pool);
-  compute::Bf16Rows bf16_x;  // x rounded once for every BF16 target
-  if (any_bf16) compute::round_rows_bf16(x, m, k, bf16_x, &pool);
-  const compute::detail::Isa isa = compute::detail::best_isa();
+  const detail::Q8Kernel q8 = detail::best_q8_kernel();
+  detail::Q8Activations act;
+  if (any_blocks) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
+  if (any_interleaved) detail::prepare_interleaved(act, q8, pool);
+  Bf16Rows bf16_x;  // x rounded once for every BF16 target
+  if (any_bf16) round_rows_bf16(x, m, k, bf16_x, &pool);
+  const detail::Isa isa = detail::best_isa();
   // Columns [g0, g1) of the concatenated space, each target's epilogue on its own columns: both
   // (kernel then epilogue, target by target), or only the kernels, or only the epilogues.
   enum Pass { kBoth, kKernels, kEpilogues };
   auto run_cols = [&](int64_t g0, int64_t g1, Pass pass = kBoth) {
     for (size_t i = 0; i < targets.size(); ++i) {
-      const model::Matrix& w = *targets[i].w;
+      const Weight& w = *targets[i].w;
       const int64_t j0 = std::max(g0, start[i]) - start[i], j1 = std::min(g1, start[i] + w.rows) - start[i];
       if (j0 >= j1) continue;
       if (pass == kEpilogues) {
@@ -116,15 +115,15 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         continue;
       }
       if (w.interleaved)
-        compute::detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
+        detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
       else if (w.quantized())
-        compute::affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
+        affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
       else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations)
-        compute::detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
+        detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
       else if (w.bf16_activations)
-        compute::bf16_dot_cols(bf16_x, w.dense, targets[i].y, false, j0, j1);
+        bf16_dot_cols(bf16_x, w.dense, targets[i].y, false, j0, j1);
       else
-        compute::detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
+        detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
       if (pass == kBoth && targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
     }
   };
@@ -140,7 +139,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   // then its epilogue, as before.
   const int64_t first_end = start[n_first], first_units = first_end / kGroupCols;
   const int64_t units = (start.back() - first_end + kGroupCols - 1) / kGroupCols;
-  const int64_t grain = std::max<int64_t>(1, compute::detail::kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
+  const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
   std::atomic<int64_t> next{0}, done{0};
   std::atomic<bool> ready{first_units == 0};
   std::exception_ptr first_error;
@@ -175,36 +174,46 @@ Activations parse_activations(std::string_view name, std::string_view option) {
   fail_as(ErrorKind::kBadRequest, option, ": '", name, "' is not an activation type (allowed: q8, f32)");
 }
 
+Weight Weight::of(Tensor t) {
+  Weight m;
+  m.rows = t.shape.size() == 2 ? t.shape[0] : 0;
+  m.cols = t.shape.size() == 2 ? t.shape[1] : 0;
+  m.dense = std::move(t);
+  return m;
+}
+
+Weight Weight::of(AffineQuantized q) {
+  Weight m;
+  m.rows = q.rows;
+  m.cols = q.cols;
+  m.quant = std::move(q);
+  return m;
+}
+
 const char* activations_name(Activations a) { return a == Activations::F32 ? "f32" : "q8"; }
 
-int64_t prepare_matrix(model::Matrix& m, ThreadPool& pool, Activations a) {
+int64_t prepare_weight(Weight& m, ThreadPool* pool, Activations a) {
   if (a == Activations::F32) {
     // mlx affine: matmul_affine's F32 kernel, as loaded; GGUF blocks: dequantized per tile.
-    if (m.interleaved) fail_as(ErrorKind::kInternal, "prepare_matrix: f32 activations on a matrix already interleaved");
+    if (m.interleaved) fail_as(ErrorKind::kInternal, "prepare_weight: f32 activations on a matrix already interleaved");
     m.f32_activations = !m.quantized() && dtype_is_quantized(m.dense.dtype);
     m.bf16_activations = false;
     return 0;
   }
   if (!m.quantized() && m.dense.dtype == DType::BF16) {
-    m.bf16_activations = compute::bf16_dot_supported();
+    m.bf16_activations = bf16_dot_supported();
     return 0;
   }
   if (m.interleaved) return 0;
   if (m.quantized()) {
-    if (!compute::interleave_enabled_affine()) return 0;
-    m.interleaved = compute::interleave_affine(m.quant, &pool);
+    if (!interleave_enabled_affine()) return 0;
+    m.interleaved = interleave_affine(m.quant, pool);
   } else {
-    if (!compute::interleave_enabled(m.dense.dtype)) return 0;
-    m.interleaved = compute::interleave_blocks(m.dense, &pool);
+    if (!interleave_enabled(m.dense.dtype)) return 0;
+    m.interleaved = interleave_blocks(m.dense, pool);
   }
   return m.interleaved->nbytes();
 }
 
-int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool, Activations a) {
-  int64_t bytes = prepare_matrix(w.lm_head, pool, a);  // (not the embedding: it is read by rows, as stored)
-  for (auto& L : w.layers)
-    for (model::Matrix* m : L.matrices()) bytes += prepare_matrix(*m, pool, a);
-  return bytes;
-}
 
-}  // namespace graft::runtime
+}  // namespace graft::compute
