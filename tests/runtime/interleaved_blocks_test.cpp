@@ -356,7 +356,7 @@ TEST_P(InterleavedKernel, Q4KEqualsTheBlockModel) {
           << "m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
   }
-  // compute::Activations at ±127 against the extreme codes (the pairs of a naive maddubs would add up).
+  // Activations at ±127 against the extreme codes (the pairs of a naive maddubs would add up).
   const int64_t m = 3, n = 17, k = 512;
   std::vector<float> x(static_cast<size_t>(m * k));
   for (int64_t i = 0; i < m; ++i)
@@ -424,7 +424,7 @@ TEST_P(InterleavedKernel, Q6KEqualsTheBlockModel) {
           << "m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
   }
-  // compute::Activations at ±127 against the extreme codes (AVX2's shifted codes reach −128: maddubs pairs at
+  // Activations at ±127 against the extreme codes (AVX2's shifted codes reach −128: maddubs pairs at
   // 2·128·127, one short of saturating).
   const int64_t m = 3, n = 17, k = 768;
   std::vector<float> x(static_cast<size_t>(m * k));

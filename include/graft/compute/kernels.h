@@ -1,10 +1,10 @@
 // Tensor-level compute kernels on the CPU (the compute layer, namespace graft::compute: no model
 // types; runtime/kernels.h dispatches a model::Matrix of any format onto these).
 //
-// compute::Activations are F32; dense weights (F32, F16 or BF16) are always
+// Activations are F32; dense weights (F32, F16 or BF16) are always
 // accumulated in F32 (BF16/F16 weights widen exactly to F32; x is never rounded). (The one dense
 // exception is opt-in and lives in compute/bf16_dot.h: BF16 weights against BF16-rounded x on
-// vdpbf16ps, which runtime's compute::Activations::Q8 selects on AVX512-BF16 CPUs.) GGUF block
+// vdpbf16ps, which compute::Activations::Q8 selects on AVX512-BF16 CPUs.) GGUF block
 // weights (Q4_0 ... Q6_K, IQ4) are used as stored: each activation row is quantized once to 8 bits
 // and multiplied with integer dot products (compute/matmul_q8.h: the error bound against F32 math). The widest ISA
 // the CPU supports (AVX-512 F/BW/VL, else the AVX2/FMA/F16C baseline) is chosen at run time;
