@@ -263,14 +263,8 @@ const Tensor& need_2d(const std::string& file, const std::string& key, const Ten
   return t;
 }
 
-}  // namespace
-
-WeightAdapter import_peft(const std::string& dir, const std::string& config_path, const Json& cfg) {
-  WeightAdapter out;
-  out.path = dir;
-  out.format = AdapterFormat::Peft;
-  PeftConfig c = read_config(config_path, cfg, out.metadata);
-
+// The adapter file of a PEFT directory (refusing pickle checkpoints).
+std::string peft_weights_file(const std::string& dir) {
   const std::string file = join_path(dir, "adapter_model.safetensors");
   if (!file_exists(file)) {
     if (file_exists(join_path(dir, "adapter_model.bin")))
@@ -278,13 +272,24 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
            "(expected adapter_model.safetensors)");
     fail("'", dir, "': PEFT adapter directory has no adapter_model.safetensors");
   }
-  out.metadata["file"] = file;
-  auto f = io::SafetensorsFile::open(file);
+  return file;
+}
 
-  static const std::vector<std::string_view> suffixes = table_suffixes();
+// The file's keys sorted by module and role: factor keys per module, full modules_to_save tensors
+// (straight into targets), base-layer copies (checked once the updates are known); anything else
+// is refused by name.
+struct PeftKeys {
   std::map<std::string, PeftModuleKeys> modules;
   std::vector<std::pair<std::string, std::string>> base_keys;  // (module, key)
-  for (const auto& e : f->entries()) {
+};
+
+PeftKeys sort_peft_keys(const io::SafetensorsFile& f, const std::string& file, const PeftConfig& c,
+                        std::vector<AdapterTarget>& targets) {
+  PeftKeys keys;
+  auto& modules = keys.modules;
+  auto& base_keys = keys.base_keys;
+  static const std::vector<std::string_view> suffixes = table_suffixes();
+  for (const auto& e : f.entries()) {
     const std::string& key = e.name;
     SplitKey sk = split_key(key, suffixes);
     Role role = sk.suffix < 0 ? kOther : kTable[static_cast<size_t>(sk.suffix)].role;
@@ -326,9 +331,9 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
         AdapterTarget t;
         t.module = sk.module;
         t.param = ends_with(key, ".bias") ? "bias" : "weight";
-        t.update = Replacement{read_checked(*f, key)};
+        t.update = Replacement{read_checked(f, key)};
         t.keys = {key};
-        out.targets.push_back(std::move(t));
+        targets.push_back(std::move(t));
         continue;
       }
       default: break;
@@ -350,6 +355,131 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
     mk.all.push_back(key);
   }
 
+  return keys;
+}
+
+// One module's update from its factor keys, the rank and alpha its name resolves to (marking the
+// rank/alpha pattern used), and the checks that the tensors pair and match them.
+AdapterTarget read_peft_module(const io::SafetensorsFile& f, const std::string& file,
+                               const std::string& config_path, PeftConfig& c, const std::string& module,
+                               const PeftModuleKeys& mk) {
+  const std::string name = strip_prefix(module);
+  auto r_pat = c.rank_pattern.resolve(name);
+  auto a_pat = c.alpha_pattern.resolve(name);
+  const int64_t r = r_pat ? json_positive_int(Json(*r_pat), config_path, "rank_pattern (module " + name + ")") : c.r;
+  const double alpha = a_pat ? *a_pat : c.alpha;
+  const double scale = c.lokr || c.loha ? alpha / static_cast<double>(r)
+                   : c.rslora       ? alpha / std::sqrt(static_cast<double>(r))
+                                    : alpha / static_cast<double>(r);
+  auto check_rank = [&](int64_t actual, const std::string& key) {
+    if (actual != r)
+      fail("'", file, "': module '", module, "' has rank ", actual, " (tensor '", key, "') but the config gives r = ",
+           r, r_pat ? " (rank_pattern)" : " (r)", "; expected the tensors' rank to match the resolved r");
+  };
+  AdapterTarget t;
+  t.module = module;
+  t.keys = mk.all;
+  if (c.dora && !mk.magnitude.empty() && mk.a.empty() && mk.b.empty() && mk.ea.empty() && mk.eb.empty())
+    fail("'", file, "': tensor '", mk.magnitude, "' is a DoRA magnitude of a module without LoRA factors; expected "
+         "lora_A / lora_B beside it");
+  if (c.loha) {
+    HadamardUpdate u = read_hadamard(f, module, mk.lokr);
+    check_rank(u.w1a.shape[1], mk.lokr.at("hada_w1_a"));
+    check_rank(u.w2a.shape[1], mk.lokr.at("hada_w2_a"));
+    u.scale = static_cast<float>(scale);
+    t.update = std::move(u);
+  } else if (c.lokr) {
+    KroneckerUpdate u = read_kronecker(f, module, mk.lokr);
+    if (u.w1_a.data) check_rank(u.w1_a.shape[1], mk.lokr.at("lokr_w1_a"));
+    if (u.w2_a.data) check_rank(u.w2_a.shape[1], mk.lokr.at("lokr_w2_a"));
+    u.scale = static_cast<float>(scale);
+    t.update = std::move(u);
+  } else if (!mk.ea.empty() || !mk.eb.empty()) {
+    if (!mk.a.empty() || !mk.b.empty())
+      fail("'", file, "': module '", module, "' has both linear (lora_A/lora_B) and embedding (lora_embedding_A/B) "
+           "factors; expected one kind");
+    if (c.dora)
+      fail("'", file, "': module '", module, "' is a DoRA embedding (lora_embedding_A/B with use_dora): PEFT "
+           "normalizes it per hidden column over the whole vocabulary, which graft does not implement; expected "
+           "DoRA on Linear layers only");
+    if (mk.ea.empty() || mk.eb.empty())
+      fail("'", file, "': tensor '", mk.ea.empty() ? mk.eb : mk.ea, "' has no partner ",
+           mk.ea.empty() ? "lora_embedding_A" : "lora_embedding_B", "; expected both halves of each pair");
+    Tensor ea = read_checked(f, mk.ea), eb = read_checked(f, mk.eb);
+    need_2d(file, mk.ea, ea, "lora_embedding_A [r, num_embeddings]");
+    need_2d(file, mk.eb, eb, "lora_embedding_B [dim, r]");
+    if (ea.shape[0] != eb.shape[1])
+      fail("'", file, "': tensors '", mk.ea, "' ", shape_str(ea.shape), " and '", mk.eb, "' ", shape_str(eb.shape),
+           " do not pair; expected lora_embedding_A [r, num_embeddings] and lora_embedding_B [dim, r]");
+    check_rank(ea.shape[0], mk.ea);
+    // ΔW = s·(B_e·A_e)ᵀ = s·A_eᵀ·B_eᵀ → normalized B = A_eᵀ [num_emb, r], A = B_eᵀ [r, dim].
+    t.update = LowRankUpdate{transpose_2d(eb), transpose_2d(ea), static_cast<float>(scale)};
+    t.embedding = true;
+  } else {
+    if (mk.a.empty() || mk.b.empty())
+      fail("'", file, "': tensor '", mk.a.empty() ? mk.b : mk.a, "' has no partner ",
+           mk.a.empty() ? "lora_A.weight" : "lora_B.weight", "; expected both halves of each pair");
+    Tensor a = read_checked(f, mk.a), b = read_checked(f, mk.b);
+    need_2d(file, mk.a, a, "lora_A.weight [r, in]");
+    need_2d(file, mk.b, b, "lora_B.weight [out, r]");
+    if (a.shape[0] != b.shape[1])
+      fail("'", file, "': tensors '", mk.a, "' ", shape_str(a.shape), " and '", mk.b, "' ", shape_str(b.shape),
+           " do not pair; expected lora_A.weight [r, in] and lora_B.weight [out, r]");
+    check_rank(a.shape[0], mk.a);
+    if (c.dora) {
+      if (mk.magnitude.empty())
+        fail("'", file, "': module '", module, "' has no DoRA magnitude (lora_magnitude_vector) but "
+             "adapter_config.json sets use_dora; expected one beside every LoRA pair");
+      Tensor m = read_checked(f, mk.magnitude);
+      if (m.numel() != b.shape[0] || m.shape.empty() || m.shape.size() > 2 ||
+          (m.shape.size() == 2 && m.shape[1] != 1 && m.shape[0] != 1))
+        fail("'", file, "': tensor '", mk.magnitude, "' has shape ", shape_str(m.shape), " but module '", module,
+             "' has ", b.shape[0], " output rows; expected a DoRA magnitude [", b.shape[0], "]");
+      m.shape = {b.shape[0]};
+      t.update = DoraUpdate{LowRankUpdate{a, b, static_cast<float>(scale)}, m};
+    } else {
+      t.update = LowRankUpdate{a, b, static_cast<float>(scale)};
+    }
+  }
+  return t;
+}
+
+// Base-layer copies PEFT saved beside adapted modules: kept (with their module) once their shape
+// matches the update's.
+void take_base_copies(const io::SafetensorsFile& f, const std::string& file,
+                      const std::vector<std::pair<std::string, std::string>>& base_keys, WeightAdapter& out) {
+  for (const auto& [module, key] : base_keys) {
+    const std::string param = ends_with(key, ".bias") ? "bias" : "weight";
+    const AdapterTarget* adapted = nullptr;
+    for (const auto& t : out.targets)
+      if (t.module == module && !std::holds_alternative<Replacement>(t.update)) adapted = &t;
+    if (!adapted)
+      fail("'", file, "': tensor '", key, "' is a base-layer copy of a module without adapter factors; expected "
+           "base_layer weights only beside an adapted module");
+    Tensor v = read_checked(f, key);
+    if (param == "weight") {
+      Shape delta;
+      delta = update_delta_shape(adapted->update);
+      if (v.shape != delta)
+        fail("'", file, "': tensor '", key, "' has shape ", shape_str(v.shape), " but the adapter's update of module '",
+             module, "' is ", shape_str(delta), "; expected the base-layer copy to match the update's shape");
+    }
+    out.base_copies.push_back(BaseWeightCopy{module, param, v, key});
+  }
+}
+
+}  // namespace
+
+WeightAdapter import_peft(const std::string& dir, const std::string& config_path, const Json& cfg) {
+  WeightAdapter out;
+  out.path = dir;
+  out.format = AdapterFormat::Peft;
+  PeftConfig c = read_config(config_path, cfg, out.metadata);
+  const std::string file = peft_weights_file(dir);
+  out.metadata["file"] = file;
+  auto f = io::SafetensorsFile::open(file);
+
+  PeftKeys keys = sort_peft_keys(*f, file, c, out.targets);
   if (!c.target_parameters.empty()) {
     auto named = [&c, &config_path](const std::string& name) -> std::optional<bool> {
       if (c.target_module_regex) {
@@ -361,112 +491,12 @@ WeightAdapter import_peft(const std::string& dir, const std::string& config_path
       return false;
     };
     PeftParamConfig pc{c.target_parameters, named, c.r, c.alpha, c.rslora, &c.rank_pattern, &c.alpha_pattern};
-    take_parameter_targets(*f, file, config_path, pc, modules, out.targets);
+    take_parameter_targets(*f, file, config_path, pc, keys.modules, out.targets);
   }
-  for (const auto& entry : modules) {
-    const std::string& module = entry.first;  // not a structured binding: lambdas below capture it (clang 14)
-    const PeftModuleKeys& mk = entry.second;
-    const std::string name = strip_prefix(module);
-    auto r_pat = c.rank_pattern.resolve(name);
-    auto a_pat = c.alpha_pattern.resolve(name);
-    const int64_t r = r_pat ? json_positive_int(Json(*r_pat), config_path, "rank_pattern (module " + name + ")") : c.r;
-    const double alpha = a_pat ? *a_pat : c.alpha;
-    const double scale = c.lokr || c.loha ? alpha / static_cast<double>(r)
-                     : c.rslora       ? alpha / std::sqrt(static_cast<double>(r))
-                                      : alpha / static_cast<double>(r);
-    auto check_rank = [&](int64_t actual, const std::string& key) {
-      if (actual != r)
-        fail("'", file, "': module '", module, "' has rank ", actual, " (tensor '", key, "') but the config gives r = ",
-             r, r_pat ? " (rank_pattern)" : " (r)", "; expected the tensors' rank to match the resolved r");
-    };
-    AdapterTarget t;
-    t.module = module;
-    t.keys = mk.all;
-    if (c.dora && !mk.magnitude.empty() && mk.a.empty() && mk.b.empty() && mk.ea.empty() && mk.eb.empty())
-      fail("'", file, "': tensor '", mk.magnitude, "' is a DoRA magnitude of a module without LoRA factors; expected "
-           "lora_A / lora_B beside it");
-    if (c.loha) {
-      HadamardUpdate u = read_hadamard(*f, module, mk.lokr);
-      check_rank(u.w1a.shape[1], mk.lokr.at("hada_w1_a"));
-      check_rank(u.w2a.shape[1], mk.lokr.at("hada_w2_a"));
-      u.scale = static_cast<float>(scale);
-      t.update = std::move(u);
-    } else if (c.lokr) {
-      KroneckerUpdate u = read_kronecker(*f, module, mk.lokr);
-      if (u.w1_a.data) check_rank(u.w1_a.shape[1], mk.lokr.at("lokr_w1_a"));
-      if (u.w2_a.data) check_rank(u.w2_a.shape[1], mk.lokr.at("lokr_w2_a"));
-      u.scale = static_cast<float>(scale);
-      t.update = std::move(u);
-    } else if (!mk.ea.empty() || !mk.eb.empty()) {
-      if (!mk.a.empty() || !mk.b.empty())
-        fail("'", file, "': module '", module, "' has both linear (lora_A/lora_B) and embedding (lora_embedding_A/B) "
-             "factors; expected one kind");
-      if (c.dora)
-        fail("'", file, "': module '", module, "' is a DoRA embedding (lora_embedding_A/B with use_dora): PEFT "
-             "normalizes it per hidden column over the whole vocabulary, which graft does not implement; expected "
-             "DoRA on Linear layers only");
-      if (mk.ea.empty() || mk.eb.empty())
-        fail("'", file, "': tensor '", mk.ea.empty() ? mk.eb : mk.ea, "' has no partner ",
-             mk.ea.empty() ? "lora_embedding_A" : "lora_embedding_B", "; expected both halves of each pair");
-      Tensor ea = read_checked(*f, mk.ea), eb = read_checked(*f, mk.eb);
-      need_2d(file, mk.ea, ea, "lora_embedding_A [r, num_embeddings]");
-      need_2d(file, mk.eb, eb, "lora_embedding_B [dim, r]");
-      if (ea.shape[0] != eb.shape[1])
-        fail("'", file, "': tensors '", mk.ea, "' ", shape_str(ea.shape), " and '", mk.eb, "' ", shape_str(eb.shape),
-             " do not pair; expected lora_embedding_A [r, num_embeddings] and lora_embedding_B [dim, r]");
-      check_rank(ea.shape[0], mk.ea);
-      // ΔW = s·(B_e·A_e)ᵀ = s·A_eᵀ·B_eᵀ → normalized B = A_eᵀ [num_emb, r], A = B_eᵀ [r, dim].
-      t.update = LowRankUpdate{transpose_2d(eb), transpose_2d(ea), static_cast<float>(scale)};
-      t.embedding = true;
-    } else {
-      if (mk.a.empty() || mk.b.empty())
-        fail("'", file, "': tensor '", mk.a.empty() ? mk.b : mk.a, "' has no partner ",
-             mk.a.empty() ? "lora_A.weight" : "lora_B.weight", "; expected both halves of each pair");
-      Tensor a = read_checked(*f, mk.a), b = read_checked(*f, mk.b);
-      need_2d(file, mk.a, a, "lora_A.weight [r, in]");
-      need_2d(file, mk.b, b, "lora_B.weight [out, r]");
-      if (a.shape[0] != b.shape[1])
-        fail("'", file, "': tensors '", mk.a, "' ", shape_str(a.shape), " and '", mk.b, "' ", shape_str(b.shape),
-             " do not pair; expected lora_A.weight [r, in] and lora_B.weight [out, r]");
-      check_rank(a.shape[0], mk.a);
-      if (c.dora) {
-        if (mk.magnitude.empty())
-          fail("'", file, "': module '", module, "' has no DoRA magnitude (lora_magnitude_vector) but "
-               "adapter_config.json sets use_dora; expected one beside every LoRA pair");
-        Tensor m = read_checked(*f, mk.magnitude);
-        if (m.numel() != b.shape[0] || m.shape.empty() || m.shape.size() > 2 ||
-            (m.shape.size() == 2 && m.shape[1] != 1 && m.shape[0] != 1))
-          fail("'", file, "': tensor '", mk.magnitude, "' has shape ", shape_str(m.shape), " but module '", module,
-               "' has ", b.shape[0], " output rows; expected a DoRA magnitude [", b.shape[0], "]");
-        m.shape = {b.shape[0]};
-        t.update = DoraUpdate{LowRankUpdate{a, b, static_cast<float>(scale)}, m};
-      } else {
-        t.update = LowRankUpdate{a, b, static_cast<float>(scale)};
-      }
-    }
-    out.targets.push_back(std::move(t));
-  }
+  for (const auto& [module, mk] : keys.modules) out.targets.push_back(read_peft_module(*f, file, config_path, c, module, mk));
   c.rank_pattern.require_all_used(config_path);
   c.alpha_pattern.require_all_used(config_path);
-
-  for (const auto& [module, key] : base_keys) {
-    const std::string param = ends_with(key, ".bias") ? "bias" : "weight";
-    const AdapterTarget* adapted = nullptr;
-    for (const auto& t : out.targets)
-      if (t.module == module && !std::holds_alternative<Replacement>(t.update)) adapted = &t;
-    if (!adapted)
-      fail("'", file, "': tensor '", key, "' is a base-layer copy of a module without adapter factors; expected "
-           "base_layer weights only beside an adapted module");
-    Tensor v = read_checked(*f, key);
-    if (param == "weight") {
-      Shape delta;
-      delta = update_delta_shape(adapted->update);
-      if (v.shape != delta)
-        fail("'", file, "': tensor '", key, "' has shape ", shape_str(v.shape), " but the adapter's update of module '",
-             module, "' is ", shape_str(delta), "; expected the base-layer copy to match the update's shape");
-    }
-    out.base_copies.push_back(BaseWeightCopy{module, param, v, key});
-  }
+  take_base_copies(*f, file, keys.base_keys, out);
   if (out.targets.empty())
     fail("'", file, "': no adapter tensors; expected at least one LoRA/LoKr/LoHa factor set");
   finalize_targets(out, file);

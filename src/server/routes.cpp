@@ -87,33 +87,35 @@ struct StreamState {
   }
 };
 
-void handle_completion(State& st, Route route, const httplib::Request& http, httplib::Response& res) {
+// Refuses what the slots cannot hold (more choices than slots, a prompt over a slot's context, an
+// empty prompt); true when it answered.
+bool refuse_request(State& st, const CompletionRequest& req, httplib::Response& res) {
+  const int parallel = st.scheduler->options().parallel;
+  if (req.n > parallel) {
+    send_error(res, api_error(400, "invalid_request_error",
+                              "field 'n' must be in [1, " + std::to_string(parallel) +
+                                  "]: at most --parallel choices, each decoded in its own slot"));
+    return true;
+  }
+  if (static_cast<int64_t>(req.prompt.size()) >= st.slot_ctx) {
+    send_error(res, api_error(400, "exceed_context_size_error",
+                              "the request (" + std::to_string(req.prompt.size()) +
+                                  " tokens) exceeds the available context size (" + std::to_string(st.slot_ctx) +
+                                  " tokens per slot, with room for one generated token); raise --ctx-size or "
+                                  "shorten the prompt"));
+    return true;
+  }
+  if (req.prompt.empty()) {
+    send_error(res, api_error(400, "invalid_request_error", "the prompt is empty"));
+    return true;
+  }
+  return false;
+}
+
+// The request's jobs: choice 0 (`job`, its adapters resolved) and its followers.
+std::vector<std::shared_ptr<CompletionJob>> make_jobs(State& st, const CompletionRequest& req,
+                                                      std::shared_ptr<CompletionJob> job) {
   engine::Engine& eng = *st.engine;
-  CompletionRequest req;
-  auto job = std::make_shared<CompletionJob>();
-  try {
-    req = parse_completion_request(parse_body(http), route, eng.tokenizer(), st.chat.get(),
-                                   eng.model().config.eos_token_ids);
-  } catch (const std::exception& e) {
-    return send_error(res, api_error(e));
-  }
-  if (req.n > st.scheduler->options().parallel)
-    return send_error(res, api_error(400, "invalid_request_error",
-                                     "field 'n' must be in [1, " + std::to_string(st.scheduler->options().parallel) +
-                                         "]: at most --parallel choices, each decoded in its own slot"));
-  if (static_cast<int64_t>(req.prompt.size()) >= st.slot_ctx)
-    return send_error(res, api_error(400, "exceed_context_size_error",
-                                     "the request (" + std::to_string(req.prompt.size()) +
-                                         " tokens) exceeds the available context size (" + std::to_string(st.slot_ctx) +
-                                         " tokens per slot, with room for one generated token); raise --ctx-size or "
-                                         "shorten the prompt"));
-  if (req.prompt.empty()) return send_error(res, api_error(400, "invalid_request_error", "the prompt is empty"));
-  try {
-    // `model` naming an adapter selects it (vLLM); `lora` scales override (docs/SERVER.md).
-    job->adapters = eng.adapters().select(model_adapter(st, req.model), req.lora);
-  } catch (const std::exception& e) {
-    return send_error(res, registry_error(e));
-  }
   job->prompt = req.prompt;
   job->params = req.params;
   if (job->params.grammar) {
@@ -138,43 +140,166 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
     j->channel = job->channel;
     jobs.push_back(std::move(j));
   }
-  try {
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      try {
-        st.scheduler->submit(jobs[i]);
-      } catch (...) {
-        for (size_t k = 0; k < i; ++k) jobs[k]->cancelled = true;
-        throw;
-      }
+  return jobs;
+}
+
+// Admits every job, or none: a refusal cancels those already admitted and is rethrown.
+void submit_all(State& st, const std::vector<std::shared_ptr<CompletionJob>>& jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      st.scheduler->submit(jobs[i]);
+    } catch (...) {
+      for (size_t k = 0; k < i; ++k) jobs[k]->cancelled = true;
+      throw;
     }
+  }
+}
+
+// The whole answer at once (stream: false): waits for every choice's final event.
+void answer_whole(const std::vector<std::shared_ptr<CompletionJob>>& jobs, const CompletionRequest& req, Route route,
+                  const text::Tokenizer& tok, const std::string& id, const std::string& model, httplib::Response& res) {
+  const auto& job = jobs[0];
+  std::vector<Completed> cs(jobs.size());
+  const Completed* failed = nullptr;
+  for (size_t finals = 0; finals < jobs.size();) {
+    JobEvent e;
+    if (!job->pop(e, std::chrono::milliseconds(100))) continue;
+    Completed& c = cs.at(static_cast<size_t>(e.index));
+    const bool last = e.final;
+    if (last) {
+      c.final = e;
+      ++finals;
+      if (e.failed && !failed) failed = &c;
+    }
+    accumulate(c, e);
+  }
+  if (failed) {
+    const Error err(failed->final.error, failed->final.error_kind);
+    return send_error(res, api_error(err));
+  }
+  if (route == Route::Completion) return send_json(res, 200, completion_response(cs[0], req, tok, model));
+  return send_json(res, 200, oai_response(cs, req, tok, route, id, std::time(nullptr), model));
+}
+
+// One step of a streamed answer (server-sent events): the next event of any choice as its chunks;
+// false ends the stream (the client went away, or a write failed).
+bool stream_step(StreamState& ss, const std::string& model, int64_t created, const text::Tokenizer& tok,
+                 httplib::DataSink& sink) {
+  auto write = [&](const std::string& s) {
+    if (!sink.write(s.data(), s.size())) {
+      ss.cancel();
+      return false;
+    }
+    return true;
+  };
+  if (ss.finished) return false;
+  if (!sink.is_writable()) {  // the client went away: free the slots at the next token
+    ss.cancel();
+    return false;
+  }
+  if (ss.route == Route::OaiChat && !ss.role_sent) {
+    ss.role_sent = true;
+    for (size_t i = 0; i < ss.jobs.size(); ++i)
+      if (!write(sse(oai_chunk(ss.route, ss.id, created, model, nullptr, nullptr, true, static_cast<int>(i)))))
+        return false;
+  }
+  JobEvent e;
+  if (!ss.jobs[0]->pop(e, std::chrono::milliseconds(50))) return true;
+  if (e.final && e.failed) {
+    const Error err(e.error, e.error_kind);
+    write(sse(api_error(err).body));
+    ss.cancel();
+    ss.finished = true;
+    sink.done();
+    return true;
+  }
+  const int index = e.index;
+  Completed& done = ss.done.at(static_cast<size_t>(index));
+  const bool last = e.final;
+  if (last) done.final = e;
+  auto write_deltas = [&](std::vector<json> deltas, json lp) {
+    if (deltas.empty() && !lp.is_null()) deltas.push_back(json::object());
+    for (size_t k = 0; k < deltas.size(); ++k)
+      if (!write(sse(oai_chat_delta_chunk(ss.id, created, model, std::move(deltas[k]), index,
+                                          k == 0 ? std::move(lp) : json(nullptr)))))
+        return false;
+    return true;
+  };
+  ToolCallStream* tools = ss.tool_streams.empty() ? nullptr : &ss.tool_streams.at(static_cast<size_t>(index));
+  if (tools && (!e.text.empty() || !e.tokens.empty())) {
+    json lp = nullptr;
+    if (ss.req.logprobs)
+      lp = oai_logprobs(ss.route, e.tokens, e.probs, e.token_probs, ss.req.top_logprobs, tok,
+                        ss.offsets[static_cast<size_t>(index)]);
+    accumulate(done, e);
+    if (!write_deltas(tools->feed(e.text), std::move(lp))) return false;
+  } else if (!e.text.empty() || !e.tokens.empty()) {
+    json chunk;
+    if (ss.route == Route::Completion) {
+      chunk = completion_stream_chunk(e, tok);
+    } else {
+      json lp = nullptr;
+      if (ss.req.logprobs)
+        lp = oai_logprobs(ss.route, e.tokens, e.probs, e.token_probs, ss.req.top_logprobs, tok,
+                          ss.offsets[static_cast<size_t>(index)]);
+      chunk = oai_chunk(ss.route, ss.id, created, model, &e.text, nullptr, false, index, std::move(lp));
+    }
+    accumulate(done, e);
+    if (!write(sse(chunk))) return false;
+  } else {
+    accumulate(done, e);
+  }
+  if (last) {
+    ++ss.finals;
+    if (ss.route == Route::Completion) {
+      if (!write(sse(completion_stream_final(done, ss.req, tok, model)))) return false;
+    } else if (tools) {
+      if (!write_deltas(tools->finish(), nullptr)) return false;
+      const char* why = finish_reason(e.reason, tools->has_calls());
+      if (!write(sse(oai_chat_delta_chunk(ss.id, created, model, json::object(), index, nullptr, why)))) return false;
+    } else if (!write(sse(oai_chunk(ss.route, ss.id, created, model, nullptr, finish_reason(e.reason), false,
+                                    index)))) {
+      return false;
+    }
+    if (ss.finals == static_cast<int>(ss.jobs.size())) {
+      if (ss.route != Route::Completion) {
+        if (ss.req.include_usage && !write(sse(oai_usage_chunk(ss.done, ss.route, ss.id, created, model))))
+          return false;
+        if (!write("data: [DONE]\n\n")) return false;
+      }
+      ss.finished = true;
+      sink.done();
+    }
+  }
+  return true;
+}
+
+void handle_completion(State& st, Route route, const httplib::Request& http, httplib::Response& res) {
+  engine::Engine& eng = *st.engine;
+  CompletionRequest req;
+  auto job = std::make_shared<CompletionJob>();
+  try {
+    req = parse_completion_request(parse_body(http), route, eng.tokenizer(), st.chat.get(),
+                                   eng.model().config.eos_token_ids);
+  } catch (const std::exception& e) {
+    return send_error(res, api_error(e));
+  }
+  if (refuse_request(st, req, res)) return;
+  try {
+    // `model` naming an adapter selects it (vLLM); `lora` scales override (docs/SERVER.md).
+    job->adapters = eng.adapters().select(model_adapter(st, req.model), req.lora);
+  } catch (const std::exception& e) {
+    return send_error(res, registry_error(e));
+  }
+  const std::vector<std::shared_ptr<CompletionJob>> jobs = make_jobs(st, req, job);
+  try {
+    submit_all(st, jobs);
   } catch (const std::exception& e) {
     return send_error(res, api_error(e));
   }
   const std::string model = req.model.empty() ? st.model_name : req.model;
   const std::string id = random_id(route == Route::OaiChat ? "chatcmpl-" : "cmpl-");
-
-  if (!req.stream) {
-    std::vector<Completed> cs(jobs.size());
-    const Completed* failed = nullptr;
-    for (size_t finals = 0; finals < jobs.size();) {
-      JobEvent e;
-      if (!job->pop(e, std::chrono::milliseconds(100))) continue;
-      Completed& c = cs.at(static_cast<size_t>(e.index));
-      const bool last = e.final;
-      if (last) {
-        c.final = e;
-        ++finals;
-        if (e.failed && !failed) failed = &c;
-      }
-      accumulate(c, e);
-    }
-    if (failed) {
-      const Error err(failed->final.error, failed->final.error_kind);
-      return send_error(res, api_error(err));
-    }
-    if (route == Route::Completion) return send_json(res, 200, completion_response(cs[0], req, eng.tokenizer(), model));
-    return send_json(res, 200, oai_response(cs, req, eng.tokenizer(), route, id, std::time(nullptr), model));
-  }
+  if (!req.stream) return answer_whole(jobs, req, route, eng.tokenizer(), id, model, res);
 
   auto ss = std::make_shared<StreamState>();
   ss->jobs = jobs;
@@ -190,95 +315,7 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [ss, model, created, tok](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& s) {
-          if (!sink.write(s.data(), s.size())) {
-            ss->cancel();
-            return false;
-          }
-          return true;
-        };
-        if (ss->finished) return false;
-        if (!sink.is_writable()) {  // the client went away: free the slots at the next token
-          ss->cancel();
-          return false;
-        }
-        if (ss->route == Route::OaiChat && !ss->role_sent) {
-          ss->role_sent = true;
-          for (size_t i = 0; i < ss->jobs.size(); ++i)
-            if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, nullptr, true, static_cast<int>(i)))))
-              return false;
-        }
-        JobEvent e;
-        if (!ss->jobs[0]->pop(e, std::chrono::milliseconds(50))) return true;
-        if (e.final && e.failed) {
-          const Error err(e.error, e.error_kind);
-          write(sse(api_error(err).body));
-          ss->cancel();
-          ss->finished = true;
-          sink.done();
-          return true;
-        }
-        const int index = e.index;
-        Completed& done = ss->done.at(static_cast<size_t>(index));
-        const bool last = e.final;
-        if (last) done.final = e;
-        auto write_deltas = [&](std::vector<json> deltas, json lp) {
-          if (deltas.empty() && !lp.is_null()) deltas.push_back(json::object());
-          for (size_t k = 0; k < deltas.size(); ++k)
-            if (!write(sse(oai_chat_delta_chunk(ss->id, created, model, std::move(deltas[k]), index,
-                                                k == 0 ? std::move(lp) : json(nullptr)))))
-              return false;
-          return true;
-        };
-        ToolCallStream* tools = ss->tool_streams.empty() ? nullptr : &ss->tool_streams.at(static_cast<size_t>(index));
-        if (tools && (!e.text.empty() || !e.tokens.empty())) {
-          json lp = nullptr;
-          if (ss->req.logprobs)
-            lp = oai_logprobs(ss->route, e.tokens, e.probs, e.token_probs, ss->req.top_logprobs, *tok,
-                              ss->offsets[static_cast<size_t>(index)]);
-          accumulate(done, e);
-          if (!write_deltas(tools->feed(e.text), std::move(lp))) return false;
-        } else if (!e.text.empty() || !e.tokens.empty()) {
-          json chunk;
-          if (ss->route == Route::Completion) {
-            chunk = completion_stream_chunk(e, *tok);
-          } else {
-            json lp = nullptr;
-            if (ss->req.logprobs)
-              lp = oai_logprobs(ss->route, e.tokens, e.probs, e.token_probs, ss->req.top_logprobs, *tok,
-                                ss->offsets[static_cast<size_t>(index)]);
-            chunk = oai_chunk(ss->route, ss->id, created, model, &e.text, nullptr, false, index, std::move(lp));
-          }
-          accumulate(done, e);
-          if (!write(sse(chunk))) return false;
-        } else {
-          accumulate(done, e);
-        }
-        if (last) {
-          ++ss->finals;
-          if (ss->route == Route::Completion) {
-            if (!write(sse(completion_stream_final(done, ss->req, *tok, model)))) return false;
-          } else if (tools) {
-            if (!write_deltas(tools->finish(), nullptr)) return false;
-            const char* why = finish_reason(e.reason, tools->has_calls());
-            if (!write(sse(oai_chat_delta_chunk(ss->id, created, model, json::object(), index, nullptr, why)))) return false;
-          } else if (!write(sse(oai_chunk(ss->route, ss->id, created, model, nullptr, finish_reason(e.reason), false,
-                                          index)))) {
-            return false;
-          }
-          if (ss->finals == static_cast<int>(ss->jobs.size())) {
-            if (ss->route != Route::Completion) {
-              if (ss->req.include_usage && !write(sse(oai_usage_chunk(ss->done, ss->route, ss->id, created, model))))
-                return false;
-              if (!write("data: [DONE]\n\n")) return false;
-            }
-            ss->finished = true;
-            sink.done();
-          }
-        }
-        return true;
-      },
+      [ss, model, created, tok](size_t, httplib::DataSink& sink) { return stream_step(*ss, model, created, *tok, sink); },
       [ss](bool success) {
         if (!success || !ss->finished) ss->cancel();
       });
