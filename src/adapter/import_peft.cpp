@@ -358,6 +358,30 @@ PeftKeys sort_peft_keys(const io::SafetensorsFile& f, const std::string& file, c
   return keys;
 }
 
+// One half of a PEFT factor pair: its key (empty when absent), its name and its expected shape as
+// the messages show them.
+struct FactorKey {
+  const std::string& key;
+  const char* name;
+  const char* shape;
+};
+
+// A factor pair (down [r, in], up [out, r]: lora_A/lora_B, or lora_embedding_A/B) read and
+// checked: both halves present, 2-D, and pairing on r.
+std::pair<Tensor, Tensor> read_factor_pair(const io::SafetensorsFile& f, const std::string& file, const FactorKey& down,
+                                           const FactorKey& up) {
+  if (down.key.empty() || up.key.empty())
+    fail("'", file, "': tensor '", down.key.empty() ? up.key : down.key, "' has no partner ",
+         down.key.empty() ? down.name : up.name, "; expected both halves of each pair");
+  Tensor a = read_checked(f, down.key), b = read_checked(f, up.key);
+  need_2d(file, down.key, a, down.shape);
+  need_2d(file, up.key, b, up.shape);
+  if (a.shape[0] != b.shape[1])
+    fail("'", file, "': tensors '", down.key, "' ", shape_str(a.shape), " and '", up.key, "' ", shape_str(b.shape),
+         " do not pair; expected ", down.shape, " and ", up.shape);
+  return {std::move(a), std::move(b)};
+}
+
 // One module's update from its factor keys, the rank and alpha its name resolves to (marking the
 // rank/alpha pattern used), and the checks that the tensors pair and match them.
 AdapterTarget read_peft_module(const io::SafetensorsFile& f, const std::string& file,
@@ -402,29 +426,15 @@ AdapterTarget read_peft_module(const io::SafetensorsFile& f, const std::string& 
       fail("'", file, "': module '", module, "' is a DoRA embedding (lora_embedding_A/B with use_dora): PEFT "
            "normalizes it per hidden column over the whole vocabulary, which graft does not implement; expected "
            "DoRA on Linear layers only");
-    if (mk.ea.empty() || mk.eb.empty())
-      fail("'", file, "': tensor '", mk.ea.empty() ? mk.eb : mk.ea, "' has no partner ",
-           mk.ea.empty() ? "lora_embedding_A" : "lora_embedding_B", "; expected both halves of each pair");
-    Tensor ea = read_checked(f, mk.ea), eb = read_checked(f, mk.eb);
-    need_2d(file, mk.ea, ea, "lora_embedding_A [r, num_embeddings]");
-    need_2d(file, mk.eb, eb, "lora_embedding_B [dim, r]");
-    if (ea.shape[0] != eb.shape[1])
-      fail("'", file, "': tensors '", mk.ea, "' ", shape_str(ea.shape), " and '", mk.eb, "' ", shape_str(eb.shape),
-           " do not pair; expected lora_embedding_A [r, num_embeddings] and lora_embedding_B [dim, r]");
+    auto [ea, eb] = read_factor_pair(f, file, {mk.ea, "lora_embedding_A", "lora_embedding_A [r, num_embeddings]"},
+                                     {mk.eb, "lora_embedding_B", "lora_embedding_B [dim, r]"});
     check_rank(ea.shape[0], mk.ea);
     // ΔW = s·(B_e·A_e)ᵀ = s·A_eᵀ·B_eᵀ → normalized B = A_eᵀ [num_emb, r], A = B_eᵀ [r, dim].
     t.update = LowRankUpdate{transpose_2d(eb), transpose_2d(ea), static_cast<float>(scale)};
     t.embedding = true;
   } else {
-    if (mk.a.empty() || mk.b.empty())
-      fail("'", file, "': tensor '", mk.a.empty() ? mk.b : mk.a, "' has no partner ",
-           mk.a.empty() ? "lora_A.weight" : "lora_B.weight", "; expected both halves of each pair");
-    Tensor a = read_checked(f, mk.a), b = read_checked(f, mk.b);
-    need_2d(file, mk.a, a, "lora_A.weight [r, in]");
-    need_2d(file, mk.b, b, "lora_B.weight [out, r]");
-    if (a.shape[0] != b.shape[1])
-      fail("'", file, "': tensors '", mk.a, "' ", shape_str(a.shape), " and '", mk.b, "' ", shape_str(b.shape),
-           " do not pair; expected lora_A.weight [r, in] and lora_B.weight [out, r]");
+    auto [a, b] = read_factor_pair(f, file, {mk.a, "lora_A.weight", "lora_A.weight [r, in]"},
+                                   {mk.b, "lora_B.weight", "lora_B.weight [out, r]"});
     check_rank(a.shape[0], mk.a);
     if (c.dora) {
       if (mk.magnitude.empty())
