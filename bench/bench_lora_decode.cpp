@@ -32,7 +32,7 @@ struct Variant {
   std::string name;
   std::unique_ptr<runtime::Transformer> transformer;
   std::unique_ptr<runtime::KVCache> cache;
-  float scale = 1.0f;
+  std::vector<runtime::ScaledAdapter> adapters;  // none for the base
   double seconds = 0.0;
   int64_t step = 0;  // tokens decoded: the next token's index in the shared sequence
 };
@@ -59,10 +59,9 @@ void BM_LoraDecode(benchmark::State& state) {
     Variant v;
     v.name = d;
     const runtime::LoraDType dt = v.name == "base" ? std::nullopt : runtime::parse_lora_dtype(d);
-    auto set = runtime::make_lora_set(m.config, *m.source, {{adapter, 1.0f}}, dt);
-    v.transformer = std::make_unique<runtime::Transformer>(m.config, m.weights, set);
+    if (v.name != "base") v.adapters = {{runtime::build_lora_adapter(m.config, *m.source, adapter, dt), 1.0f, 0}};
+    v.transformer = std::make_unique<runtime::Transformer>(m.config, m.weights);
     v.cache = std::make_unique<runtime::KVCache>(m.config, kCtx, runtime::kDefaultKVCacheType);
-    v.scale = v.name == "base" ? 0.0f : 1.0f;
     variants.push_back(std::move(v));
   }
   // A varied token sequence, the same for every variant: on a mixture-of-experts model one repeated
@@ -74,8 +73,7 @@ void BM_LoraDecode(benchmark::State& state) {
       for (int i = 0; i < 8; ++i) {
         if (v.cache->size() + 1 >= kCtx) v.cache->truncate(0);
         const int32_t token = static_cast<int32_t>(1 + (v.step++ * 7919) % (vocab - 1));
-        const float scales[] = {v.scale};
-        runtime::SequenceInput in{v.cache.get(), std::span(&token, 1), false, scales};
+        runtime::SequenceInput in{v.cache.get(), std::span(&token, 1), false, v.adapters};
         benchmark::DoNotOptimize(v.transformer->forward(pool, std::span(&in, 1)));
       }
       v.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

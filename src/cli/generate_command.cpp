@@ -73,7 +73,9 @@ int run_generate(const GenerateArgs& a) {
   g.max_tokens = a.max_tokens;
   g.sampling = a.sampling;
   g.stop = a.stop;
-  g.lora_scales = e.adapters().forward_scales(e.adapters().defaults());
+  engine::Selection chosen = e.adapters().select(std::nullopt, std::nullopt);  // the --lora adapters at their scales
+  e.adapters().make_resident(chosen);
+  g.adapters = chosen.adapters();
   if (!a.ignore_eos) g.eos_ids = m.config.eos_token_ids;
 
   engine::GenerateResult r =
@@ -92,10 +94,8 @@ int run_generate(const GenerateArgs& a) {
   for (const auto& L : m.weights.layers) step_bytes += L.bytes_per_token(m.config.num_experts_per_tok);
   // Unfused adapters in use add their factors (of the expert terms, the chosen experts' share).
   int64_t adapter_bytes = 0;
-  const runtime::LoraSet& set = e.adapters().set();
-  for (size_t i = 0; i < set.size() && i < g.lora_scales.size(); ++i)
-    if (g.lora_scales[i] != 0.0f)
-      adapter_bytes += set.adapters[i]->bytes_per_token(m.config.num_experts_per_tok, m.config.num_experts);
+  for (const runtime::ScaledAdapter& a : g.adapters)
+    adapter_bytes += a.adapter->bytes_per_token(m.config.num_experts_per_tok, m.config.num_experts);
   std::fprintf(stderr,
                "prompt: %lld tokens, %.1f tokens/s | generated: %zu tokens, %.1f tokens/s | stop: %s | threads: %d | "
                "weights read per token: %.1f MB",

@@ -121,16 +121,15 @@ void report_adapters(engine::Engine& e, const engine::EngineOptions& o) {
                    "warning: --fuse-requantize: adapted weights were dequantized, merged and quantized again; "
                    "deltas smaller than a quantization step are lost (apply the adapter with --lora to keep them)\n");
   }
-  const runtime::LoraSet& set = e.adapters().set();
-  if (set.size() > 0) {
-    int64_t terms = 0, bytes = 0;
-    for (const auto& ad : set.adapters) {
-      terms += ad->term_count;
-      bytes += ad->factor_bytes();
-    }
-    std::fprintf(stderr, "unfused: %zu adapter(s), %lld term(s), factors %s (%.1f MB)\n", set.size(),
-                 static_cast<long long>(terms), runtime::lora_dtype_name(o.lora_dtype).c_str(), bytes / 1e6);
+  if (e.adapters().fused() || e.adapters().size() == 0) return;
+  int64_t terms = 0, bytes = 0;
+  const std::vector<engine::AdapterInfo> unfused = e.adapters().list();
+  for (const auto& a : unfused) {
+    terms += a.terms;
+    bytes += a.bytes;
   }
+  std::fprintf(stderr, "unfused: %zu adapter(s), %lld term(s), factors %s (%.1f MB)\n", unfused.size(),
+               static_cast<long long>(terms), runtime::lora_dtype_name(o.lora_dtype).c_str(), bytes / 1e6);
 }
 
 }  // namespace graft::cli

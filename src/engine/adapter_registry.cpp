@@ -17,7 +17,7 @@ namespace graft::engine {
 // replaced entry can still be built for the requests admitted with it.
 struct AdapterEntry {
   AdapterInfo info;
-  std::shared_ptr<const adapter::WeightAdapter> source;  // the mapped files (dynamic registries)
+  std::shared_ptr<const adapter::WeightAdapter> source;  // the mapped files (unfused registries)
   std::shared_ptr<const runtime::LoraAdapter> terms;     // the registry's reference while resident
   std::shared_future<std::shared_ptr<const runtime::LoraAdapter>> building;
   int64_t last_used = 0;
@@ -52,6 +52,7 @@ void measure(const runtime::LoraAdapter& a, AdapterInfo& info) {
     for (const auto& t : site) add(t);
   info.bytes = bytes;
   info.rank = rank;
+  info.terms = a.term_count;
 }
 
 void check_name(const std::string& name) {
@@ -61,6 +62,13 @@ void check_name(const std::string& name) {
     // Commas separate names in vllm:lora_requests_info; control characters have no place in a label.
     if (c == ',' || c < 0x20 || c == 0x7f)
       fail_as(ErrorKind::kBadRequest, "adapter name '", name, "' contains a comma or a control character");
+}
+
+void refuse_if_fused(bool fused) {
+  if (fused)
+    fail_as(ErrorKind::kUnsupported,
+            "adapters cannot be added under --lora-fuse: the startup adapters are baked into the weights; restart "
+            "without --lora-fuse to load adapters at run time");
 }
 
 }  // namespace
@@ -85,30 +93,25 @@ std::vector<std::string> Selection::names() const {
   return out;
 }
 
-AdapterRegistry::AdapterRegistry() : set_(std::make_shared<const runtime::LoraSet>()) {}
-
-AdapterRegistry::AdapterRegistry(std::vector<AdapterInfo> infos, std::shared_ptr<const runtime::LoraSet> set,
-                                 bool fused)
-    : set_(set ? std::move(set) : std::make_shared<const runtime::LoraSet>()), fused_(fused) {
-  if (!fused_ && set_->size() != infos.size())
-    fail_as(ErrorKind::kInternal, "adapter registry: ", infos.size(), " adapters but ", set_->size(), " unfused sets");
-  for (size_t i = 0; i < infos.size(); ++i) {
-    auto e = std::make_shared<AdapterEntry>();
-    e->info = std::move(infos[i]);
-    e->info.id = static_cast<int64_t>(i);
-    e->info.resident = true;
-    if (!fused_) {
-      e->terms = set_->adapters[i];
-      measure(*e->terms, e->info);
-    }
-    if (fused_) fused_scales_.push_back(e->info.scale);
-    entries_[e->info.id] = std::move(e);
-  }
-  next_id_ = static_cast<int64_t>(infos.size());
+std::vector<runtime::ScaledAdapter> Selection::adapters() const {
+  std::vector<runtime::ScaledAdapter> out;
+  for (const auto& p : picks) out.push_back({p.terms, p.scale, p.id});
+  return out;
 }
 
 AdapterRegistry::AdapterRegistry(Builder builder, ResidencyLimits limits)
-    : set_(std::make_shared<const runtime::LoraSet>()), builder_(std::move(builder)), limits_(limits) {}
+    : builder_(std::move(builder)), limits_(limits) {}
+
+AdapterRegistry::AdapterRegistry(std::vector<AdapterInfo> fused) : fused_(true) {
+  for (size_t i = 0; i < fused.size(); ++i) {
+    auto e = std::make_shared<AdapterEntry>();
+    e->info = std::move(fused[i]);
+    e->info.id = static_cast<int64_t>(i);
+    fused_scales_.push_back(e->info.scale);
+    entries_[e->info.id] = std::move(e);
+  }
+  next_id_ = static_cast<int64_t>(fused_scales_.size());
+}
 
 AdapterRegistry::~AdapterRegistry() = default;
 
@@ -139,13 +142,6 @@ std::optional<int64_t> AdapterRegistry::find(const std::string& name) const {
   for (const auto& [id, e] : entries_)
     if (e->info.name == name) return id;
   return std::nullopt;
-}
-
-std::vector<float> AdapterRegistry::defaults() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<float> out(static_cast<size_t>(next_id_), 0.0f);
-  for (const auto& [id, e] : entries_) out[static_cast<size_t>(id)] = e->info.scale;
-  return out;
 }
 
 std::vector<float> AdapterRegistry::checked(const std::vector<ScaleEntry>& entries) const {
@@ -189,32 +185,9 @@ void AdapterRegistry::set_defaults(const std::vector<ScaleEntry>& entries) {
   for (auto& [id, e] : entries_) e->info.scale = s[static_cast<size_t>(id)];
 }
 
-std::vector<float> AdapterRegistry::resolve(const std::optional<std::vector<ScaleEntry>>& request) const {
-  if (!request) return defaults();
-  std::lock_guard<std::mutex> lock(mu_);
-  return checked(*request);
-}
-
-std::vector<float> AdapterRegistry::forward_scales(const std::vector<float>& resolved) const {
-  if (fused_) return {};
-  return resolved;
-}
-
-Digest AdapterRegistry::digest(const std::vector<float>& resolved) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::pair<Digest, float>> pairs;
-  for (size_t i = 0; i < resolved.size(); ++i) {
-    if (resolved[i] == 0.0f) continue;
-    if (auto e = entry(static_cast<int64_t>(i))) pairs.emplace_back(e->info.content_digest, resolved[i]);
-  }
-  return pairs_digest(pairs);
-}
-
-// ---- dynamic registries ---------------------------------------------------------------------------
-
 std::shared_ptr<const runtime::LoraAdapter> AdapterRegistry::build(const std::shared_ptr<AdapterEntry>& e) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto terms = builder_({e->source, 1.0f});
+  auto terms = builder_(e->source);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.loads;
@@ -227,7 +200,7 @@ std::shared_ptr<const runtime::LoraAdapter> AdapterRegistry::build(const std::sh
 }
 
 int64_t AdapterRegistry::add(const std::string& name, const std::string& path, float scale, bool inplace) {
-  if (!dynamic()) fail_as(ErrorKind::kUnsupported, "adapters cannot be added to this server at run time");
+  refuse_if_fused(fused_);
   check_name(name);
   if (!inplace && find(name))
     fail_as(ErrorKind::kBadRequest, "The lora adapter '", name, "' has already been loaded (load_inplace replaces it)");
@@ -236,7 +209,7 @@ int64_t AdapterRegistry::add(const std::string& name, const std::string& path, f
 
 int64_t AdapterRegistry::add(const std::string& name, std::shared_ptr<const adapter::WeightAdapter> adapter,
                              float scale, bool inplace) {
-  if (!dynamic()) fail_as(ErrorKind::kUnsupported, "adapters cannot be added to this server at run time");
+  refuse_if_fused(fused_);
   check_name(name);
   auto e = std::make_shared<AdapterEntry>();
   e->source = std::move(adapter);

@@ -47,19 +47,11 @@ model::LoadedModel load(const EngineOptions& o, ThreadPool& pool) {
   return m;
 }
 
-std::shared_ptr<const runtime::LoraSet> unfused_set(const EngineOptions& o, const model::LoadedModel& m,
-                                                    ThreadPool& pool) {
-  if (o.fuse || o.adapters.empty() || o.dynamic_adapters) return nullptr;
-  auto set = runtime::make_lora_set(m.config, *m.source, o.adapters, o.lora_dtype);
-  runtime::prepare_lora_set(*set, m.weights, pool);  // DoRA row norms once, at load
-  return set;
-}
-
-std::unique_ptr<AdapterRegistry> make_registry(const EngineOptions& o, const Engine& engine,
-                                              std::shared_ptr<const runtime::LoraSet> set) {
-  if (!o.dynamic_adapters) return std::make_unique<AdapterRegistry>(adapter_infos(o), std::move(set), o.fuse);
+std::unique_ptr<AdapterRegistry> make_registry(const EngineOptions& o, const Engine& engine) {
+  if (o.fuse) return std::make_unique<AdapterRegistry>(adapter_infos(o));
   auto r = std::make_unique<AdapterRegistry>(
-      [&engine](const adapter::AdapterUse& u) { return engine.build_adapter(u); }, o.residency);
+      [&engine](std::shared_ptr<const adapter::WeightAdapter> a) { return engine.build_adapter(std::move(a)); },
+      o.residency);
   // One at a time, each within the budget: a thousand startup adapters never all sit in memory.
   const std::vector<AdapterInfo> infos = adapter_infos(o, false);  // add() takes the digests
   for (size_t i = 0; i < o.adapters.size(); ++i) r->add(infos[i].name, o.adapters[i].adapter, infos[i].scale);
@@ -70,8 +62,6 @@ void check_options(const EngineOptions& o) {
   if (o.fuse && o.init_without_apply)
     fail_as(ErrorKind::kBadRequest,
             "--lora-init-without-apply and --lora-fuse exclude each other: fused adapters cannot start at scale 0");
-  if (o.fuse && o.dynamic_adapters)
-    fail_as(ErrorKind::kInternal, "engine: dynamic adapters and fusion exclude each other");
   std::vector<std::string> names;
   for (size_t i = 0; i < o.adapters.size(); ++i) {
     const std::string n = adapter_name(o, i, names);
@@ -92,22 +82,22 @@ void Engine::check(const EngineOptions& o) {
     model::bind_model_adapters(src.config, *src.source, fused, model::AdapterPath::Fused, {}, true);
   // One adapter at a time: the terms of each are dropped before the next is built.
   if (!o.fuse)
-    for (const auto& u : o.adapters) runtime::make_lora_set(src.config, *src.source, {u}, o.lora_dtype);
+    for (const auto& u : o.adapters) runtime::build_lora_adapter(src.config, *src.source, u.adapter, o.lora_dtype);
 }
 
 Engine::Engine(EngineOptions options)
     : pool_(options.threads),
       model_((check_options(options), load(options, pool_))),
       lora_dtype_(options.lora_dtype),
-      registry_(make_registry(options, *this, unfused_set(options, model_, pool_))),
-      transformer_(std::make_unique<runtime::Transformer>(model_.config, model_.weights,
-                                                          registry_->shared_set())) {}
+      registry_(make_registry(options, *this)),
+      transformer_(std::make_unique<runtime::Transformer>(model_.config, model_.weights)) {}
 
-std::shared_ptr<const runtime::LoraAdapter> Engine::build_adapter(const adapter::AdapterUse& use) const {
-  auto set = runtime::make_lora_set(model_.config, *model_.source, {adapter::AdapterUse{use.adapter, 1.0f}}, lora_dtype_);
+std::shared_ptr<const runtime::LoraAdapter> Engine::build_adapter(
+    std::shared_ptr<const adapter::WeightAdapter> adapter) const {
+  auto terms = runtime::build_lora_adapter(model_.config, *model_.source, std::move(adapter), lora_dtype_);
   ThreadPool one(1);  // the engine's pool belongs to the batching thread
-  runtime::prepare_lora_set(*set, model_.weights, one);
-  return set->adapters.at(0);
+  runtime::prepare_lora_adapter(*terms, model_.weights, one);  // DoRA row norms now, not in a forward pass
+  return terms;
 }
 
 }  // namespace graft::engine

@@ -12,14 +12,14 @@ GenerateResult generate(ThreadPool& pool, runtime::Transformer& model, const tex
   params.sampling = options.sampling;
   params.stop = options.stop;
   params.eos_ids = options.eos_ids;
-  params.lora_scales = options.lora_scales;
+  params.adapters = options.adapters;
   Sequence seq(tokenizer, cache, prompt, params);
   Sequence* batch[] = {&seq};
   const int64_t whole_prompt = static_cast<int64_t>(prompt.size());
   while (!seq.finished()) {
-    if (options.update_lora_scales && !seq.generated().empty())
-      options.update_lora_scales(static_cast<int64_t>(seq.generated().size()), seq.lora_scales());
-    const StepResult r = run_step(pool, model, model.loras(), batch, whole_prompt);
+    if (options.update_scales && !seq.generated().empty())
+      options.update_scales(static_cast<int64_t>(seq.generated().size()), seq.adapters());
+    const StepResult r = run_step(pool, model, batch, whole_prompt);
     const StepOutput& out = r.outputs[0];
     if (!out.text.empty() && on_text && !on_text(out.text)) seq.cancel();
   }

@@ -289,15 +289,13 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
   return out;
 }
 
-std::shared_ptr<const LoraSet> make_lora_set(const model::ModelConfig& config, const io::TensorSource& model_source,
-                                             const std::vector<adapter::AdapterUse>& adapters, LoraDType factor_dtype) {
-  auto set = std::make_shared<LoraSet>();
-  for (const auto& use : adapters) {
-    adapter::AdapterUse unit{use.adapter, 1.0f};
-    auto plan = model::bind_model_adapters(config, model_source, {unit}, model::AdapterPath::Unfused);
-    set->adapters.push_back(make_lora_adapter(*plan, config, use.adapter->path, factor_dtype));
-  }
-  return set;
+std::shared_ptr<const LoraAdapter> build_lora_adapter(const model::ModelConfig& config,
+                                                      const io::TensorSource& model_source,
+                                                      std::shared_ptr<const adapter::WeightAdapter> adapter,
+                                                      LoraDType factor_dtype) {
+  const std::string path = adapter->path;
+  auto plan = model::bind_model_adapters(config, model_source, {{std::move(adapter), 1.0f}}, model::AdapterPath::Unfused);
+  return make_lora_adapter(*plan, config, path, factor_dtype);
 }
 
 }  // namespace graft::runtime

@@ -206,24 +206,23 @@ void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t 
   }
 }
 
-void prepare_lora_set(const LoraSet& set, const model::ModelWeights& weights, ThreadPool& pool) {
+void prepare_lora_adapter(const LoraAdapter& a, const model::ModelWeights& weights, ThreadPool& pool) {
   static const Projection kOrder[] = {Projection::Q,    Projection::K,  Projection::V,    Projection::O,
                                       Projection::Gate, Projection::Up, Projection::Down, Projection::LmHead};
-  for (const auto& a : set.adapters)
-    for (size_t l = 0; l < a->terms.size(); ++l)
-      for (Projection p : kOrder)
-        for (const LoraTerm& t : a->terms[l][static_cast<size_t>(p)]) {
-          if (!t.dora) continue;
-          const model::Matrix* w = nullptr;
-          if (p == Projection::LmHead) {
-            w = &weights.lm_head;
-          } else {
-            const model::LayerWeights& L = weights.layers[l];
-            const model::Matrix* by[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
-            w = by[static_cast<size_t>(p)];
-          }
-          std::call_once(t.dora->once, [&] { fill_dora_rows(t, *w, pool); });
+  for (size_t l = 0; l < a.terms.size(); ++l)
+    for (Projection p : kOrder)
+      for (const LoraTerm& t : a.terms[l][static_cast<size_t>(p)]) {
+        if (!t.dora) continue;
+        const model::Matrix* w = nullptr;
+        if (p == Projection::LmHead) {
+          w = &weights.lm_head;
+        } else {
+          const model::LayerWeights& L = weights.layers[l];
+          const model::Matrix* by[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+          w = by[static_cast<size_t>(p)];
         }
+        std::call_once(t.dora->once, [&] { fill_dora_rows(t, *w, pool); });
+      }
 }
 
 }  // namespace graft::runtime

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "graft/core/error.h"
@@ -48,16 +49,38 @@ struct RowInfo {
 
 }  // namespace
 
-Transformer::Transformer(const model::ModelConfig& config, const model::ModelWeights& weights,
-                         std::shared_ptr<const LoraSet> loras)
+Transformer::Transformer(const model::ModelConfig& config, const model::ModelWeights& weights)
     : config_(config),
       weights_(weights),
-      loras_(loras ? std::move(loras) : std::make_shared<const LoraSet>()),
       inv_freq_(model::rope_inv_freq(config)),
-      inv_freq_local_(model::rope_inv_freq(config, /*local=*/true)) {
-  for (const auto& a : loras_->adapters)
-    if (!a || a->terms.size() != static_cast<size_t>(config.num_layers + 1))
-      fail("Transformer: an unfused adapter was built for a different model");
+      inv_freq_local_(model::rope_inv_freq(config, /*local=*/true)) {}
+
+Transformer::RowGroups Transformer::group_rows(std::span<const SequenceInput> batch,
+                                               const std::vector<int64_t>& seq_of_row) const {
+  // Distinct adapters keyed by (order, identity), so the map's order is the order terms apply in.
+  std::map<std::pair<int64_t, const LoraAdapter*>, size_t> index;
+  for (const auto& s : batch)
+    for (const ScaledAdapter& a : s.adapters) {
+      if (!std::isfinite(a.scale)) fail("forward: adapter scale ", a.scale, " is not finite");
+      if (!a.adapter || a.adapter->terms.size() != static_cast<size_t>(config_.num_layers + 1))
+        fail("forward: an unfused adapter was built for a different model");
+      if (a.scale != 0.0f) index.emplace(std::make_pair(a.order, a.adapter.get()), 0);
+    }
+  RowGroups g;
+  for (auto& [key, i] : index) {
+    i = g.by_adapter.size();
+    g.by_adapter.push_back({key.second, {}, {}});
+  }
+  for (size_t r = 0; r < seq_of_row.size(); ++r)
+    for (const ScaledAdapter& a : batch[static_cast<size_t>(seq_of_row[r])].adapters) {
+      if (a.scale == 0.0f) continue;
+      AdapterRows& ar = g.by_adapter[index.at({a.order, a.adapter.get()})];
+      if (!ar.rows.empty() && ar.rows.back() == static_cast<int64_t>(r))
+        fail("forward: a sequence lists the adapter '", a.adapter->path, "' twice");
+      ar.rows.push_back(static_cast<int64_t>(r));
+      ar.scales.push_back(a.scale);
+    }
+  return g;
 }
 
 // Every projection goes through here: y[m, out] = x[m, in] · Wᵀ (+ bias) + the adapter terms
@@ -244,10 +267,6 @@ Transformer::GluFn Transformer::glu() const {
 }
 
 std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const SequenceInput> batch) {
-  return forward(pool, batch, *loras_);
-}
-
-std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const SequenceInput> batch, const LoraSet& loras) {
   const model::ModelConfig& c = config_;
   const int64_t H = c.hidden_size, QD = c.q_dim(), KVD = c.kv_dim(), F = c.intermediate_size;
 
@@ -261,16 +280,11 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
     if (s.cache->size() + static_cast<int64_t>(s.tokens.size()) > s.cache->capacity())
       fail("context full: ", s.cache->size(), " cached + ", s.tokens.size(), " new tokens exceed the context size ",
            s.cache->capacity());
-    if (!s.lora_scales.empty() && s.lora_scales.size() != loras.size())
-      fail("forward: a sequence gives ", s.lora_scales.size(), " adapter scales but ", loras.size(),
-           " unfused adapter(s) are loaded");
-    for (float v : s.lora_scales)
-      if (!std::isfinite(v)) fail("forward: adapter scale ", v, " is not finite");
     T += static_cast<int64_t>(s.tokens.size());
   }
-  for (const auto& a : loras.adapters)
-    if (!a || a->terms.size() != static_cast<size_t>(c.num_layers + 1))
-      fail("forward: an unfused adapter was built for a different model");
+  std::vector<int64_t> seq_of_row;
+  for (size_t s = 0; s < batch.size(); ++s) seq_of_row.insert(seq_of_row.end(), batch[s].tokens.size(), int64_t(s));
+  const RowGroups groups = group_rows(batch, seq_of_row);
   for (const auto& s : batch) s.cache->reserve_more(static_cast<int64_t>(s.tokens.size()));
 
   std::vector<float> x(T * H), xn(T * H), q(T * QD), k(T * KVD), v(T * KVD), att(T * QD), tmp(T * H);
@@ -280,23 +294,6 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   for (size_t s = 0; s < batch.size(); ++s)
     for (size_t t = 0; t < batch[s].tokens.size(); ++t)
       rows.push_back({static_cast<int64_t>(s), batch[s].cache->size() + static_cast<int64_t>(t)});
-  // Rows per adapter (only those with a non-zero scale), for the token matrix.
-  auto group_rows = [&](const std::vector<int64_t>& seq_of_row) {
-    RowGroups g{&loras, std::vector<AdapterRows>(loras.size())};
-    for (size_t a = 0; a < g.size(); ++a)
-      for (size_t r = 0; r < seq_of_row.size(); ++r) {
-        const auto& sc = batch[static_cast<size_t>(seq_of_row[r])].lora_scales;
-        const float v = sc.empty() ? 0.0f : sc[a];
-        if (v != 0.0f) {
-          g.by_adapter[a].rows.push_back(static_cast<int64_t>(r));
-          g.by_adapter[a].scales.push_back(v);
-        }
-      }
-    return g;
-  };
-  std::vector<int64_t> seq_of_row;
-  for (const auto& ri : rows) seq_of_row.push_back(ri.seq);
-  const RowGroups groups = group_rows(seq_of_row);
   embed_rows(batch, x.data(), groups);
   // Gemma: hidden = embedding * sqrt(hidden_size), the normalizer rounded to F32 as transformers does.
   if (c.scale_embeddings) compute::scale(x.data(), static_cast<float>(std::sqrt(static_cast<double>(H))), T * H);
@@ -376,7 +373,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   std::vector<float> logits(R * c.vocab_size);
   std::vector<int64_t> seq_of_out;
   for (int64_t r : out_rows) seq_of_out.push_back(seq_of_row[static_cast<size_t>(r)]);
-  if (R > 0) project(pool, -1, Projection::LmHead, hn.data(), R, logits.data(), group_rows(seq_of_out));
+  if (R > 0) project(pool, -1, Projection::LmHead, hn.data(), R, logits.data(), group_rows(batch, seq_of_out));
   // Hidden states (embeddings): the final norm of every row of those sequences, no head.
   {
     int64_t r = 0;

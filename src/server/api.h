@@ -26,7 +26,7 @@ enum class Route { Completion, OaiCompletion, OaiChat };
 
 struct CompletionRequest {
   std::vector<int32_t> prompt;
-  engine::SequenceParams params;                       // lora_scales left empty (resolved later)
+  engine::SequenceParams params;                       // adapters left empty (the scheduler sets them)
   std::optional<std::vector<engine::ScaleEntry>> lora;  // absent: the defaults at admission
   bool stream = false;
   bool cache_prompt = true;

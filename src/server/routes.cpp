@@ -532,7 +532,6 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   if (o.fuse && (o.allow_runtime_lora || !o.lora_dir.empty() || eo.residency.max_adapters || eo.residency.max_bytes))
     fail_as(ErrorKind::kBadRequest, "--lora-fuse bakes the startup adapters into the weights: it excludes "
                                     "--allow-runtime-lora, --lora-dir, --max-loras-resident and --lora-memory");
-  eo.dynamic_adapters = !o.fuse;
   engine::Engine::check(eo);  // bad adapters are startup errors, before anything is bound
 
   State st;

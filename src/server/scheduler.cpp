@@ -171,8 +171,7 @@ void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
   s.cached.resize(static_cast<size_t>(reuse));
   s.digest = job->adapters.digest;
   s.last_used = ++clock_;
-  job->params.adapters.clear();
-  for (const auto& p : job->adapters.picks) job->params.adapters.push_back({p.terms, p.scale, p.id});
+  job->params.adapters = job->adapters.adapters();
   try {
     s.seq = std::make_unique<engine::Sequence>(engine_.tokenizer(), *s.cache, job->prompt, job->params);
   } catch (const Error& e) {

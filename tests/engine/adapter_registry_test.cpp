@@ -28,7 +28,6 @@ EngineOptions dynamic_options(ResidencyLimits limits = {}) {
   EngineOptions o;
   o.model = test::fixture("models/llama_f32");
   o.threads = 2;
-  o.dynamic_adapters = true;
   o.residency = limits;
   return o;
 }
@@ -69,7 +68,7 @@ std::vector<std::vector<int32_t>> run(Engine& e, const std::vector<SequenceParam
 
 SequenceParams with(const Selection& sel) {
   SequenceParams p = greedy();
-  for (const auto& pick : sel.picks) p.adapters.push_back({pick.terms, pick.scale, pick.id});
+  p.adapters = sel.adapters();
   return p;
 }
 
@@ -88,7 +87,7 @@ TEST(ContentDigest, IsSha256OfTheFileBytes) {
 TEST(DynamicRegistry, AddSelectRemoveAndNames) {
   Engine e(dynamic_options());
   AdapterRegistry& r = e.adapters();
-  ASSERT_TRUE(r.dynamic());
+  ASSERT_FALSE(r.fused());
   const int64_t a = r.add("a", test::fixture("adapters/peft_lora"), 0.0f);
   const int64_t b = r.add("b", test::fixture("adapters/mlx_lora"), 0.0f);
   EXPECT_EQ(a, 0);
@@ -222,7 +221,7 @@ TEST(DynamicRegistry, ByteBudget) {
   EXPECT_LE(e.adapters().stats().resident_bytes, bytes + bytes / 2);
 }
 
-TEST(DynamicRegistry, OwnAdaptersEqualTheStaticScaleVectorsInMixedBatches) {
+TEST(DynamicRegistry, RuntimeAddedAdaptersEqualStartupOnesInMixedBatches) {
   Engine st(static_options());
   Engine dy(dynamic_options());
   AdapterRegistry& r = dy.adapters();
@@ -232,9 +231,8 @@ TEST(DynamicRegistry, OwnAdaptersEqualTheStaticScaleVectorsInMixedBatches) {
   std::vector<SequenceParams> statics, dynamics;
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < settings.size(); ++i) {
-    SequenceParams p = greedy();
-    p.lora_scales = settings[i];
-    statics.push_back(p);
+    Selection startup = st.adapters().select(std::nullopt, std::vector<ScaleEntry>{{0, settings[i][0]}, {1, settings[i][1]}});
+    statics.push_back(with(startup));
     std::vector<ScaleEntry> list = {{a, settings[i][0]}, {b, settings[i][1]}};
     dynamics.push_back(with(r.select(std::nullopt, list)));
     std::vector<int32_t> pr = kPrompt;

@@ -104,10 +104,9 @@ TEST_P(HiddenReference, ChunkedPromptSharingStepsWithAGenerationGivesTheSameRows
   gp.sampling.temperature = 0;
   Sequence gen(model_->tokenizer, cg, ids(0), gp);
   Sequence* seqs[] = {&gen, &emb};
-  const runtime::LoraSet none;
   int steps = 0;
   while ((!emb.finished() || !gen.finished()) && steps < 100) {
-    run_step(pool, t, none, seqs, 6);  // decode row first, then 5 prompt tokens
+    run_step(pool, t, seqs, 6);  // decode row first, then 5 prompt tokens
     ++steps;
   }
   ASSERT_TRUE(emb.finished() && gen.finished());

@@ -38,17 +38,42 @@ using test::kind_of;
 
 const std::vector<int32_t> kPrompt = {5, 17, 42, 99, 3, 250, 7, 11, 64, 8};
 
-SequenceParams greedy(std::vector<float> scales, int64_t n = 12) {
+// The engine's startup adapters at these scales by id (unlisted: 0), as a request's `lora` list
+// selects them; none listed: the base model (or, fused, the adapters in the weights).
+Selection at(Engine& e, const std::vector<float>& scales) {
+  if (scales.empty()) return {};
+  std::vector<ScaleEntry> list;
+  for (size_t i = 0; i < scales.size(); ++i) list.push_back({static_cast<int64_t>(i), scales[i]});
+  Selection sel = e.adapters().select(std::nullopt, list);
+  e.adapters().make_resident(sel);
+  return sel;
+}
+
+// A selection's scales by id (ids it does not pick: 0), for `n` ids.
+std::vector<float> by_id(const Selection& sel, size_t n) {
+  std::vector<float> out(n, 0.0f);
+  for (const auto& p : sel.picks) out.at(static_cast<size_t>(p.id)) = p.scale;
+  return out;
+}
+
+// The default scales by id, as GET /lora-adapters lists them.
+std::vector<float> defaults(const AdapterRegistry& r) {
+  std::vector<float> out;
+  for (const auto& a : r.list()) out.push_back(a.scale);
+  return out;
+}
+
+SequenceParams greedy(Engine& e, const std::vector<float>& scales, int64_t n = 12) {
   SequenceParams p;
   p.max_tokens = n;
   p.sampling.temperature = 0;
-  p.lora_scales = std::move(scales);
+  p.adapters = at(e, scales).adapters();
   return p;
 }
 
 std::vector<int32_t> alone(Engine& e, const std::vector<int32_t>& prompt, std::vector<float> scales) {
   runtime::KVCache cache(e.model().config, 64);
-  Sequence s(e.tokenizer(), cache, prompt, greedy(std::move(scales)));
+  Sequence s(e.tokenizer(), cache, prompt, greedy(e, scales));
   Sequence* b[] = {&s};
   while (!s.finished()) e.step(b, 1 << 20);
   return s.generated();
@@ -58,34 +83,35 @@ TEST(AdapterRegistry, PostSemanticsAndRefusalsChangeNothing) {
   Engine e(options());
   AdapterRegistry& r = e.adapters();
   ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r.defaults(), (std::vector<float>{1.0f, 0.5f}));
+  EXPECT_EQ(defaults(r), (std::vector<float>{1.0f, 0.5f}));
   r.set_defaults({{1, 0.25}});
-  EXPECT_EQ(r.defaults(), (std::vector<float>{0.0f, 0.25f})) << "unlisted ids become 0";
+  EXPECT_EQ(defaults(r), (std::vector<float>{0.0f, 0.25f})) << "unlisted ids become 0";
   for (const auto& bad : std::vector<std::vector<ScaleEntry>>{
            {{2, 1.0}}, {{-1, 1.0}}, {{0, NAN}}, {{0, INFINITY}}, {{0, 1e300}}, {{0, 1.0}, {0, 2.0}}}) {
     EXPECT_EQ(kind_of([&] { r.set_defaults(bad); }), ErrorKind::kBadRequest);
-    EXPECT_EQ(kind_of([&] { r.resolve(bad); }), ErrorKind::kBadRequest);
-    EXPECT_EQ(r.defaults(), (std::vector<float>{0.0f, 0.25f})) << "a refused POST changed the defaults";
+    EXPECT_EQ(kind_of([&] { r.select(std::nullopt, bad); }), ErrorKind::kBadRequest);
+    EXPECT_EQ(defaults(r), (std::vector<float>{0.0f, 0.25f})) << "a refused POST changed the defaults";
   }
-  EXPECT_EQ(r.resolve(std::nullopt), (std::vector<float>{0.0f, 0.25f}));
-  EXPECT_EQ(r.resolve(std::vector<ScaleEntry>{}), (std::vector<float>{0.0f, 0.0f})) << "\"lora\": [] is all off";
-  EXPECT_EQ(r.resolve(std::vector<ScaleEntry>{{0, 2.0}}), (std::vector<float>{2.0f, 0.0f}));
+  EXPECT_EQ(by_id(r.select(std::nullopt, std::nullopt), 2), (std::vector<float>{0.0f, 0.25f}));
+  EXPECT_TRUE(r.select(std::nullopt, std::vector<ScaleEntry>{}).picks.empty()) << "\"lora\": [] is all off";
+  EXPECT_EQ(by_id(r.select(std::nullopt, std::vector<ScaleEntry>{{0, 2.0}}), 2), (std::vector<float>{2.0f, 0.0f}));
 }
 
 TEST(AdapterRegistry, InitWithoutApplyStoresZero) {
   Engine e(options(false, true));
-  EXPECT_EQ(e.adapters().defaults(), (std::vector<float>{0.0f, 0.0f}));
-  for (const auto& a : e.adapters().list()) EXPECT_EQ(a.scale, 0.0f);
+  EXPECT_EQ(defaults(e.adapters()), (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_TRUE(e.adapters().select(std::nullopt, std::nullopt).picks.empty());
 }
 
 TEST(AdapterRegistry, DigestKeysByContentAndNonZeroScales) {
   Engine e(options());
   const AdapterRegistry& r = e.adapters();
-  EXPECT_EQ(r.digest({0, 0}), r.digest({0, 0}));
-  EXPECT_NE(r.digest({1, 0}), r.digest({0, 0}));
-  EXPECT_NE(r.digest({1, 0}), r.digest({0, 1}));
-  EXPECT_NE(r.digest({1, 0}), r.digest({0.5f, 0}));
-  EXPECT_EQ(r.digest({-0.0f, 0}), r.digest({0, 0})) << "scale 0 is the base model whatever its sign";
+  auto digest = [&](std::vector<float> s) { return at(e, s).digest; };
+  EXPECT_EQ(digest({0, 0}), digest({0, 0}));
+  EXPECT_NE(digest({1, 0}), digest({0, 0}));
+  EXPECT_NE(digest({1, 0}), digest({0, 1}));
+  EXPECT_NE(digest({1, 0}), digest({0.5f, 0}));
+  EXPECT_EQ(digest({-0.0f, 0}), digest({0, 0})) << "scale 0 is the base model whatever its sign";
   EXPECT_NE(r.list()[0].content_digest, r.list()[1].content_digest);
   EXPECT_EQ(content_digest(test::fixture("adapters/peft_lora")), r.list()[0].content_digest);
 }
@@ -94,13 +120,14 @@ TEST(AdapterRegistry, FusedAcceptsOnlyTheConfigurationInForce) {
   Engine e(options(true));
   AdapterRegistry& r = e.adapters();
   EXPECT_TRUE(r.fused());
-  EXPECT_EQ(r.set().size(), 0u) << "fused adapters have no unfused terms";
   r.set_defaults({{0, 1.0}, {1, 0.5}});
-  EXPECT_EQ(r.resolve(std::nullopt), (std::vector<float>{1.0f, 0.5f}));
-  EXPECT_TRUE(r.forward_scales({1.0f, 0.5f}).empty());
+  const Selection in_force = r.select(std::nullopt, std::nullopt);
+  EXPECT_TRUE(in_force.picks.empty()) << "fused adapters have no unfused terms: the pass runs none";
+  EXPECT_EQ(in_force.digest, r.select(std::nullopt, std::vector<ScaleEntry>{{0, 1.0}, {1, 0.5}}).digest);
   EXPECT_EQ(kind_of([&] { r.set_defaults({{0, 1.0}}); }), ErrorKind::kUnsupported);
-  EXPECT_EQ(kind_of([&] { r.resolve(std::vector<ScaleEntry>{}); }), ErrorKind::kUnsupported);
-  EXPECT_EQ(r.defaults(), (std::vector<float>{1.0f, 0.5f}));
+  EXPECT_EQ(kind_of([&] { r.select(std::nullopt, std::vector<ScaleEntry>{}); }), ErrorKind::kUnsupported);
+  EXPECT_EQ(kind_of([&] { r.add("x", test::fixture("adapters/peft_lora"), 1.0f); }), ErrorKind::kUnsupported);
+  EXPECT_EQ(defaults(r), (std::vector<float>{1.0f, 0.5f}));
 }
 
 TEST(AdapterRegistry, FusedEqualsUnfusedTokens) {
@@ -144,7 +171,7 @@ TEST(Step, ChunkedPrefillAndMixedAdapterBatchEqualSoloRuns) {
   std::vector<Sequence*> batch;
   for (size_t i = 0; i < settings.size(); ++i) {
     caches.push_back(std::make_unique<runtime::KVCache>(e.model().config, 64));
-    seqs.push_back(std::make_unique<Sequence>(e.tokenizer(), *caches.back(), prompts[i], greedy(settings[i])));
+    seqs.push_back(std::make_unique<Sequence>(e.tokenizer(), *caches.back(), prompts[i], greedy(e, settings[i])));
     batch.push_back(seqs.back().get());
   }
   int64_t steps = 0;
@@ -162,12 +189,12 @@ TEST(Step, ReusedCachePrefixGivesTheSameTokens) {
   const auto expected = alone(e, kPrompt, {1, 0});
   runtime::KVCache cache(e.model().config, 64);
   {
-    Sequence first(e.tokenizer(), cache, kPrompt, greedy({1, 0}, 2));
+    Sequence first(e.tokenizer(), cache, kPrompt, greedy(e, {1, 0}, 2));
     Sequence* b[] = {&first};
     while (!first.finished()) e.step(b, 64);
   }
   cache.truncate(static_cast<int64_t>(kPrompt.size()) - 3);  // keep a prefix, as the server's prompt cache does
-  Sequence again(e.tokenizer(), cache, kPrompt, greedy({1, 0}));
+  Sequence again(e.tokenizer(), cache, kPrompt, greedy(e, {1, 0}));
   EXPECT_EQ(again.cached_at_start(), static_cast<int64_t>(kPrompt.size()) - 3);
   Sequence* b[] = {&again};
   while (!again.finished()) e.step(b, 64);
@@ -177,9 +204,9 @@ TEST(Step, ReusedCachePrefixGivesTheSameTokens) {
 TEST(Sequence, RefusesPromptsThatDoNotFitAndZeroMaxTokensOnlyEvaluates) {
   Engine e(options());
   runtime::KVCache small(e.model().config, static_cast<int64_t>(kPrompt.size()));
-  EXPECT_EQ(kind_of([&] { Sequence s(e.tokenizer(), small, kPrompt, greedy({})); }), ErrorKind::kLimit);
+  EXPECT_EQ(kind_of([&] { Sequence s(e.tokenizer(), small, kPrompt, greedy(e, {})); }), ErrorKind::kLimit);
   runtime::KVCache cache(e.model().config, 64);
-  Sequence s(e.tokenizer(), cache, kPrompt, greedy({}, 0));
+  Sequence s(e.tokenizer(), cache, kPrompt, greedy(e, {}, 0));
   Sequence* b[] = {&s};
   e.step(b, 64);
   EXPECT_TRUE(s.finished());

@@ -30,6 +30,8 @@
 
 namespace graft::runtime {
 namespace {
+using test::LoraSet;
+using test::make_lora_set;
 
 using engine::generate;
 using engine::GenerateOptions;
@@ -43,12 +45,12 @@ void expect_greedy(const model::LoadedModel& m, std::shared_ptr<const LoraSet> s
   const auto expect = p[greedy_key].get<std::vector<int32_t>>();
   const auto gaps = p[gap_key].get<std::vector<double>>();
   ThreadPool pool(2);
-  Transformer t(m.config, m.weights, std::move(set));
+  Transformer t(m.config, m.weights);
   KVCache cache(m.config, 512, test::kReferenceCache);
   GenerateOptions g;
   g.max_tokens = static_cast<int64_t>(expect.size());
   g.sampling.temperature = 0;
-  g.lora_scales = scales;
+  g.adapters = test::scaled(set, scales);
   const GenerateResult r = generate(pool, t, m.tokenizer, cache, ids, g);
   ASSERT_EQ(r.tokens.size(), expect.size()) << what;
   for (size_t i = 0; i < expect.size(); ++i) {

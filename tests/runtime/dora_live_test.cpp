@@ -28,6 +28,8 @@ namespace {
 
 using nlohmann::json;
 using test::greedy_ids;
+using test::make_lora_set;
+using test::scaled;
 using test::max_abs_diff;
 using test::prompt_logits;
 using test::read_adapter;
@@ -136,13 +138,17 @@ TEST(DoraLive, MixedBatchAndLiveScaleChange) {
   auto set = make_lora_set(m.config, *m.source, {{a, 1.0f}});
   const std::vector<int32_t> ids = {361, 310, 78, 70};
   ThreadPool pool(2);
-  prepare_lora_set(*set, m.weights, pool);
-  Transformer t(m.config, m.weights, set);
+  prepare_lora_adapter(*set->adapters[0], m.weights, pool);
+  Transformer t(m.config, m.weights);
   const float sc[3] = {1.0f, 0.5f, 0.0f};
   std::vector<KVCache> caches;
-  for (int i = 0; i < 3; ++i) caches.emplace_back(m.config, 8, test::kReferenceCache);  // as prompt_logits
+  std::vector<std::vector<ScaledAdapter>> chosen;
+  for (int i = 0; i < 3; ++i) {
+    caches.emplace_back(m.config, 8, test::kReferenceCache);  // as prompt_logits
+    chosen.push_back({{set->adapters[0], sc[i], 0}});
+  }
   std::vector<SequenceInput> batch;
-  for (int i = 0; i < 3; ++i) batch.push_back({&caches[i], ids, false, std::span(&sc[i], 1)});
+  for (int i = 0; i < 3; ++i) batch.push_back({&caches[i], ids, false, chosen[i]});
   const std::vector<float> lg = t.forward(pool, batch);
   const int64_t V = m.config.vocab_size;
   for (int i = 0; i < 3; ++i) {
@@ -155,18 +161,17 @@ TEST(DoraLive, MixedBatchAndLiveScaleChange) {
   for (int64_t v = 0; v < V; ++v) ASSERT_EQ(lg[2 * V + v], base_lg[(ids.size() - 1) * V + v]);
   // Live change: prompt at 1.0, next token at 0.5 == a run whose last token used 0.5.
   KVCache c1(m.config, 8, test::kReferenceCache), c2(m.config, 8, test::kReferenceCache);
-  float s1 = 1.0f;
+  const auto s1 = scaled(set, {1.0f}), s2 = scaled(set, {0.5f});
   const std::vector<int32_t> head(ids.begin(), ids.end() - 1);
   const int32_t last = ids.back();
-  SequenceInput p1{&c1, head, false, std::span(&s1, 1)};
+  SequenceInput p1{&c1, head, false, s1};
   t.forward(pool, std::span(&p1, 1));
-  float s2 = 0.5f;
-  SequenceInput n1{&c1, std::span(&last, 1), false, std::span(&s2, 1)};
+  SequenceInput n1{&c1, std::span(&last, 1), false, s2};
   const std::vector<float> changed = t.forward(pool, std::span(&n1, 1));
   EXPECT_GT(std::abs(changed[0] - lg[0]) + std::abs(changed[1] - lg[1]), 0.0f);
-  SequenceInput p2{&c2, head, false, std::span(&s1, 1)};
+  SequenceInput p2{&c2, head, false, s1};
   t.forward(pool, std::span(&p2, 1));
-  SequenceInput n2{&c2, std::span(&last, 1), false, std::span(&s2, 1)};
+  SequenceInput n2{&c2, std::span(&last, 1), false, s2};
   EXPECT_EQ(t.forward(pool, std::span(&n2, 1)), changed);
 }
 
@@ -178,16 +183,18 @@ TEST(DoraLive, ManyScalesInOneBatch) {
   auto set = make_lora_set(m.config, *m.source, {{a, 1.0f}});
   const std::vector<int32_t> ids = {361, 310, 78, 70};
   ThreadPool pool(2);
-  Transformer t(m.config, m.weights, set);
+  Transformer t(m.config, m.weights);
   constexpr int kSeqs = 11;
   float sc[kSeqs];
   std::vector<KVCache> caches;
+  std::vector<std::vector<ScaledAdapter>> chosen;
   std::vector<SequenceInput> batch;
   for (int i = 0; i < kSeqs; ++i) {
     sc[i] = 0.25f + 0.125f * i;
     caches.emplace_back(m.config, 8, test::kReferenceCache);  // as prompt_logits
+    chosen.push_back(scaled(set, {sc[i]}));
   }
-  for (int i = 0; i < kSeqs; ++i) batch.push_back({&caches[i], ids, false, std::span(&sc[i], 1)});
+  for (int i = 0; i < kSeqs; ++i) batch.push_back({&caches[i], ids, false, chosen[i]});
   const std::vector<float> lg = t.forward(pool, batch);
   const int64_t V = m.config.vocab_size;
   for (int i = 0; i < kSeqs; ++i) {

@@ -28,6 +28,7 @@
 
 namespace graft::runtime {
 namespace {
+using test::make_lora_set;
 
 using nlohmann::json;
 

@@ -32,6 +32,7 @@
 
 namespace graft::runtime {
 namespace {
+using test::make_lora_set;
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -39,6 +39,7 @@
 
 namespace graft::runtime {
 namespace {
+using test::make_lora_set;
 
 using test::max_abs_diff;
 using test::read_adapter;

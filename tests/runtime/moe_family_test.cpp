@@ -27,6 +27,7 @@
 
 namespace graft::runtime {
 namespace {
+using test::make_lora_set;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -262,10 +263,10 @@ TEST(MoeFamily, ExpertLoraMatchesPeftAndMlxLm) {
       EXPECT_EQ(test::prompt_logits(base, set, {0.0f}, ids), test::prompt_logits(base, nullptr, {}, ids)) << p;
     }
     ThreadPool pool(2);
-    Transformer t(base.config, base.weights, set);
+    Transformer t(base.config, base.weights);
     const auto a = ref["prompts"][1]["ids"].get<std::vector<int32_t>>(), b = ref["prompts"][2]["ids"].get<std::vector<int32_t>>();
     KVCache ca(base.config, 64, test::kReferenceCache), cb(base.config, 64, test::kReferenceCache);
-    const std::vector<float> on = {1.0f}, off = {0.0f};
+    const auto on = test::scaled(set, {1.0f}), off = test::scaled(set, {0.0f});
     SequenceInput both[2] = {{&ca, a, true, on}, {&cb, b, true, off}};
     const auto mixed = t.forward(pool, both);
     const auto base_b = test::prompt_logits(base, nullptr, {}, b);

@@ -37,6 +37,8 @@
 
 namespace graft::runtime {
 namespace {
+using test::LoraSet;
+using test::make_lora_set;
 
 namespace fs = std::filesystem;
 using nlohmann::json;

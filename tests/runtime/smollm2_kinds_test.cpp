@@ -35,6 +35,7 @@
 
 namespace graft::runtime {
 namespace {
+using test::make_lora_set;
 
 namespace fs = std::filesystem;
 using nlohmann::json;

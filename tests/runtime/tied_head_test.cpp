@@ -19,10 +19,13 @@
 #include "graft/model/model_adapters.h"
 #include "graft/runtime/lora.h"
 #include "graft/runtime/transformer.h"
+#include "support/run_util.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
 namespace {
+using test::LoraSet;
+using test::make_lora_set;
 
 Tensor pattern(const Shape& shape, float amp, int seed) {
   std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
@@ -48,10 +51,11 @@ std::shared_ptr<const adapter::WeightAdapter> pair_adapter(const std::string& mo
 
 std::vector<float> run(const model::LoadedModel& m, std::shared_ptr<const LoraSet> set, std::vector<float> scales) {
   ThreadPool pool(1);
-  Transformer t(m.config, m.weights, std::move(set));
+  Transformer t(m.config, m.weights);
   KVCache cache(m.config, 16);
   const std::vector<int32_t> prompt = {5, 17, 42, 99};
-  SequenceInput in{&cache, prompt, true, scales};
+  const auto adapters = test::scaled(set, scales);
+  SequenceInput in{&cache, prompt, true, adapters};
   return t.forward(pool, std::span(&in, 1));
 }
 

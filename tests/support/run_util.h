@@ -1,6 +1,6 @@
 // Running a loaded model in tests: full-prompt logits and pure-argmax greedy continuations, with
-// an optional set of unfused adapters and their per-sequence scales; reading fixtures and comparing
-// against them.
+// optional unfused adapters (a LoraSet, named by position) at per-sequence scales; reading fixtures
+// and comparing against them.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -64,28 +64,58 @@ inline void expect_same_greedy(const std::vector<int32_t>& got, const std::vecto
   }
 }
 
+// Several adapters built for one model, each bound on its own (what an engine's registry builds one
+// at a time), named by position in the tests.
+struct LoraSet {
+  std::vector<std::shared_ptr<const runtime::LoraAdapter>> adapters;
+  size_t size() const { return adapters.size(); }
+};
+
+inline std::shared_ptr<const LoraSet> make_lora_set(const model::ModelConfig& config, const io::TensorSource& source,
+                                                    const std::vector<adapter::AdapterUse>& uses,
+                                                    runtime::LoraDType factor_dtype = std::nullopt) {
+  auto set = std::make_shared<LoraSet>();
+  for (const auto& u : uses) set->adapters.push_back(runtime::build_lora_adapter(config, source, u.adapter, factor_dtype));
+  return set;
+}
+
+// Adapter i of `set` at scales[i] (order i), as a sequence carries them (scale 0 included: the forward
+// pass skips it); adapters past the end of `scales` are left out.
+inline std::vector<runtime::ScaledAdapter> scaled(const LoraSet* set, const std::vector<float>& scales) {
+  std::vector<runtime::ScaledAdapter> out;
+  for (size_t i = 0; set && i < set->size() && i < scales.size(); ++i)
+    out.push_back({set->adapters[i], scales[i], static_cast<int64_t>(i)});
+  return out;
+}
+inline std::vector<runtime::ScaledAdapter> scaled(const std::shared_ptr<const LoraSet>& set,
+                                                  const std::vector<float>& scales) {
+  return scaled(set.get(), scales);
+}
+
 // Logits for every position of `ids` ([ids.size(), vocab], row-major).
-inline std::vector<float> prompt_logits(const model::LoadedModel& m, std::shared_ptr<const runtime::LoraSet> set,
+inline std::vector<float> prompt_logits(const model::LoadedModel& m, std::shared_ptr<const LoraSet> set,
                                         std::vector<float> scales, const std::vector<int32_t>& ids, int threads = 2) {
   ThreadPool pool(threads);
-  runtime::Transformer t(m.config, m.weights, std::move(set));
+  runtime::Transformer t(m.config, m.weights);
   runtime::KVCache cache(m.config, static_cast<int64_t>(ids.size()) + 1, kReferenceCache);
-  runtime::SequenceInput in{&cache, ids, true, scales};
+  const auto adapters = scaled(set, scales);
+  runtime::SequenceInput in{&cache, ids, true, adapters};
   return t.forward(pool, std::span(&in, 1));
 }
 
 // n argmax steps after the prompt (EOS not special), one token per forward pass.
-inline std::vector<int32_t> greedy_ids(const model::LoadedModel& m, std::shared_ptr<const runtime::LoraSet> set,
+inline std::vector<int32_t> greedy_ids(const model::LoadedModel& m, std::shared_ptr<const LoraSet> set,
                                        std::vector<float> scales, const std::vector<int32_t>& ids, size_t n) {
   ThreadPool pool(2);
-  runtime::Transformer t(m.config, m.weights, std::move(set));
+  runtime::Transformer t(m.config, m.weights);
   runtime::KVCache cache(m.config, static_cast<int64_t>(ids.size() + n) + 1, kReferenceCache);
-  runtime::SequenceInput in{&cache, ids, false, scales};
+  const auto adapters = scaled(set, scales);
+  runtime::SequenceInput in{&cache, ids, false, adapters};
   auto lg = t.forward(pool, std::span(&in, 1));
   std::vector<int32_t> out;
   while (out.size() < n) {
     out.push_back(static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin()));
-    runtime::SequenceInput step{&cache, std::span(&out.back(), 1), false, scales};
+    runtime::SequenceInput step{&cache, std::span(&out.back(), 1), false, adapters};
     lg = t.forward(pool, std::span(&step, 1));
   }
   return out;

@@ -1,18 +1,17 @@
 // The adapters an engine knows, under stable ids, with their live default scales, and the rules that
 // turn a request's adapter choice into what its forward passes run.
 //
-// Two ways to hold them:
-//  * static (graft generate, serve --lora-fuse): the adapters given at startup, ids = positions,
-//    their unfused terms in one runtime::LoraSet passed to every pass (set()); scale vectors are
-//    indexed by id (resolve, digest).
-//  * dynamic (graft serve, unfused): adapters are added and removed at run time (add/remove), each
-//    an entry with its files memory-mapped (the WeightAdapter) and its terms built only while
-//    resident. A request's choice becomes a Selection (select): the entries it uses at non-zero
-//    scales, each holding its terms alive (shared_ptr) for as long as the request runs, so removing
-//    or evicting an adapter never breaks a generation and frees its memory when the last user ends.
-//    A residency budget (max adapters and/or bytes of built terms) drops the least recently used
-//    idle adapters' terms; make_resident rebuilds them (one build per adapter at a time, however
-//    many requests wait for it).
+// Unfused (graft generate, graft serve): adapters are added and removed at run time (add/remove),
+// each an entry with its files memory-mapped (the WeightAdapter) and its terms built only while
+// resident; the startup adapters are its first entries (ids = positions). A request's choice
+// becomes a Selection (select): the entries it uses at non-zero scales, each holding its terms alive
+// (shared_ptr) for as long as the request runs, so removing or evicting an adapter never breaks a
+// generation and frees its memory when the last user ends. Its (adapter, scale) pairs are what a
+// sequence carries to the forward pass. A residency budget (max adapters and/or bytes of built
+// terms) drops the least recently used idle adapters' terms; make_resident rebuilds them (one build
+// per adapter at a time, however many requests wait for it).
+// Fused (--lora-fuse): the startup adapters were baked into the weights at their scales; the
+// registry lists them and refuses any other configuration.
 // Identity is content: an entry's digest is SHA-256 of its files, and a selection's digest (the
 // prompt-cache key) is SHA-256 of its (adapter digest, scale) pairs, so a reload under the same name
 // with other files can never reuse KV computed under the old weights, and a crafted collision would
@@ -50,8 +49,9 @@ struct AdapterInfo {
   Digest content_digest{};       // of the adapter's files' bytes: identity by content, not path
   int64_t generation = 1;        // 1, then +1 at each in-place reload under the same name
   int64_t rank = 0;              // largest rank of its terms
+  int64_t terms = 0;             // unfused terms (known once built)
   int64_t bytes = 0;             // bytes of its built terms (known once built)
-  bool resident = false;         // terms built (static registries: always)
+  bool resident = false;         // terms built (fused registries: always)
   bool pinned = false;           // never evicted now: a non-zero default scale
 };
 
@@ -103,35 +103,30 @@ struct Selection {
   Digest digest{};
   bool ready() const;                       // every pick's terms present
   std::vector<std::string> names() const;
+  // The (adapter, scale) pairs a sequence runs with, in id order (after make_resident).
+  std::vector<runtime::ScaledAdapter> adapters() const;
 };
 
 class AdapterRegistry {
  public:
-  // What a dynamic registry uses to build an adapter's terms against the engine's model (binding
-  // and every check included): it throws what the build refuses.
-  using Builder = std::function<std::shared_ptr<const runtime::LoraAdapter>(const adapter::AdapterUse&)>;
+  // What a registry uses to build an adapter's terms against the engine's model (binding and every
+  // check included): it throws what the build refuses.
+  using Builder = std::function<std::shared_ptr<const runtime::LoraAdapter>(std::shared_ptr<const adapter::WeightAdapter>)>;
 
-  AdapterRegistry();
-  // Static: `set` holds the unfused terms (empty when fused): adapter i of `set` is infos[i]. With
-  // `fused`, the adapters were baked into the weights at the infos' scales, which stay fixed.
-  AdapterRegistry(std::vector<AdapterInfo> infos, std::shared_ptr<const runtime::LoraSet> set, bool fused);
-  // Dynamic, empty: add() registers adapters.
+  // Unfused, empty: add() registers adapters.
   AdapterRegistry(Builder builder, ResidencyLimits limits);
+  // Fused: these adapters are in the weights at their scales (ids = positions), which stay fixed.
+  explicit AdapterRegistry(std::vector<AdapterInfo> fused);
   ~AdapterRegistry();
 
   size_t size() const;  // registered adapters
   bool fused() const { return fused_; }
-  bool dynamic() const { return static_cast<bool>(builder_); }
   const ResidencyLimits& limits() const { return limits_; }
-  // Static registries only: the unfused terms, adapter i = id i.
-  const runtime::LoraSet& set() const { return *set_; }
-  std::shared_ptr<const runtime::LoraSet> shared_set() const { return set_; }
 
   // The adapters in id order with their live default scales (GET /lora-adapters).
   std::vector<AdapterInfo> list() const;
   std::optional<int64_t> find(const std::string& name) const;
 
-  // ---- dynamic registries -------------------------------------------------------------------
   // Reads, binds and builds the adapter at `path` (every check before it becomes visible; a
   // refusal registers nothing), then registers it under `name` with default scale `scale`. An
   // existing name is kBadRequest ("already loaded") unless `inplace`: then the entry is replaced
@@ -144,7 +139,7 @@ class AdapterRegistry {
   // Unregisters; false if no adapter has that name. Requests using it keep it until they end.
   bool remove(const std::string& name);
   bool contains(int64_t id) const;  // registered now (ids are never reused after a remove)
-  // A request's adapters: `model_adapter` (an id, from the OpenAI `model` name) at scale 1, with the
+  // A request's adapters (under fusion: the configuration in force, with no terms): `model_adapter` (an id, from the OpenAI `model` name) at scale 1, with the
   // request's own `lora` list overriding scales (including the named adapter's); without a model
   // adapter the `lora` list alone (unlisted ids 0), else the defaults. Unknown or repeated ids and
   // non-finite scales are kBadRequest. Marks the chosen adapters used now (LRU).
@@ -156,21 +151,10 @@ class AdapterRegistry {
   void trim();
   RegistryStats stats() const;
 
-  // ---- both --------------------------------------------------------------------------------
-  // The default scale vector now, by id (unregistered ids 0).
-  std::vector<float> defaults() const;
   // Listed ids take their scale, unlisted ids become 0 (POST /lora-adapters). Everything is
   // checked first; a refusal changes nothing: an unknown or repeated id or a non-finite scale is
   // kBadRequest, and under fusion anything but the configuration in force is kUnsupported.
   void set_defaults(const std::vector<ScaleEntry>& entries);
-  // A request's scale vector by id (static registries), resolved once at admission: its own list
-  // (an empty list means every adapter at 0), else the defaults at this instant.
-  std::vector<float> resolve(const std::optional<std::vector<ScaleEntry>>& request) const;
-  // The scales a forward pass takes for a resolved vector (none when fused: they are in the weights).
-  std::vector<float> forward_scales(const std::vector<float>& resolved) const;
-  // Identity of what a resolved vector computes: SHA-256 of the content digests of the adapters with
-  // a non-zero scale and those scales' bits, in id order. Equal digests give equal KV.
-  Digest digest(const std::vector<float>& resolved) const;
 
  private:
   std::vector<float> checked(const std::vector<ScaleEntry>& entries) const;  // needs mu_
@@ -181,7 +165,6 @@ class AdapterRegistry {
   std::map<int64_t, std::shared_ptr<AdapterEntry>> entries_;  // by id
   int64_t next_id_ = 0;
   int64_t clock_ = 0;  // LRU time
-  std::shared_ptr<const runtime::LoraSet> set_;
   bool fused_ = false;
   std::vector<float> fused_scales_;  // the configuration baked in (fused only)
   Builder builder_;

@@ -30,10 +30,7 @@ struct EngineOptions {
   // How quantized weights meet the activations (--activations; runtime/kernels.h): 8-bit (the
   // integer kernels) or unrounded F32 (the reference frameworks' numbers).
   compute::Activations activations = compute::Activations::Q8;
-  // Adapters added and removed at run time, each sequence carrying its own (graft serve): the
-  // registry is dynamic (AdapterRegistry), the startup adapters its first entries, within
-  // `residency`. Not with `fuse`.
-  bool dynamic_adapters = false;
+  // The registry's residency budget (unfused adapters' built terms; AdapterRegistry).
   ResidencyLimits residency;
   // Names of the startup adapters, by position (missing or empty: the last component of the path,
   // with "-<id>" appended when another adapter already has that name).
@@ -59,12 +56,12 @@ class Engine {
   AdapterRegistry& adapters() { return *registry_; }
   const AdapterRegistry& adapters() const { return *registry_; }
   // Builds one adapter's unfused terms against this model (binding and every check; DoRA row norms
-  // computed here, off the batching thread): a dynamic registry's builder.
-  std::shared_ptr<const runtime::LoraAdapter> build_adapter(const adapter::AdapterUse& use) const;
+  // computed here, off the batching thread): the registry's builder.
+  std::shared_ptr<const runtime::LoraAdapter> build_adapter(std::shared_ptr<const adapter::WeightAdapter> adapter) const;
 
   // One batched forward pass over the sequences (see run_step).
   StepResult step(std::span<Sequence* const> sequences, int64_t token_budget) {
-    return run_step(pool_, *transformer_, registry_->set(), sequences, token_budget);
+    return run_step(pool_, *transformer_, sequences, token_budget);
   }
 
  private:

@@ -17,10 +17,10 @@ struct GenerateOptions {
   runtime::SamplingParams sampling;
   std::vector<std::string> stop;       // stop strings (not included in the output)
   std::vector<int32_t> eos_ids;        // generation stops at any of these (not emitted)
-  std::vector<float> lora_scales;      // one per unfused adapter of the model (empty: all 0)
+  std::vector<runtime::ScaledAdapter> adapters;  // unfused adapters at their scales (none: the base)
   // Called before each decode step with the number of tokens generated so far; may change the
   // scales, which then apply from that step's token on (live scales, no reload).
-  std::function<void(int64_t generated, std::vector<float>& scales)> update_lora_scales;
+  std::function<void(int64_t generated, std::vector<runtime::ScaledAdapter>& adapters)> update_scales;
 };
 
 struct GenerateResult {
@@ -35,7 +35,7 @@ struct GenerateResult {
 using TextCallback = std::function<bool(std::string_view)>;
 
 // The prompt must fit the cache with room for one generated token; else an error before any work.
-// The whole prompt is evaluated in one pass. The adapters are the transformer's own set.
+// The whole prompt is evaluated in one pass.
 GenerateResult generate(ThreadPool& pool, runtime::Transformer& model, const text::Tokenizer& tokenizer,
                         runtime::KVCache& cache, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                         const TextCallback& on_text = nullptr);

@@ -1,5 +1,5 @@
 // One generation in flight: its KV cache, its token history, its sampler, the stop matcher and the
-// UTF-8 stream decoder, and its resolved adapter scales. The engine's step feeds every active
+// UTF-8 stream decoder, and its adapters at their scales. The engine's step feeds every active
 // sequence's next tokens through one batched forward pass; a sequence only decides what to feed
 // next and what a logits row means for it. `graft generate` runs one, `graft serve` many.
 #pragma once
@@ -40,23 +40,14 @@ class StopMatcher {
   std::string pending_;
 };
 
-// An adapter a sequence runs with, held alive by the sequence: its terms, its scale, and its place
-// among adapters (when several sequences' adapters share one pass, each row applies its own in
-// `order`, so its arithmetic does not depend on what else is in the batch).
-struct SequenceAdapter {
-  std::shared_ptr<const runtime::LoraAdapter> terms;
-  float scale = 0.0f;
-  int64_t order = 0;
-};
-
 struct SequenceParams {
   int64_t max_tokens = 256;  // < 0: until EOS or the context is full; 0: only evaluate the prompt
   runtime::SamplingParams sampling;
   std::vector<std::string> stop;     // stop strings (not included in the output)
   std::vector<int32_t> eos_ids;      // generation stops at any of these (not emitted)
-  std::vector<float> lora_scales;    // one per unfused adapter of the engine's set (empty: all 0)
-  // Non-empty: this sequence's own adapters (graft serve), used instead of lora_scales.
-  std::vector<SequenceAdapter> adapters;
+  // The unfused adapters it runs with, each at its scale (a registry Selection's pairs), held alive
+  // by the sequence; none: the base model.
+  std::vector<runtime::ScaledAdapter> adapters;
   // Constrained decoding: every drawn token must continue a sentence of `grammar` (tokens that
   // cannot are masked before sampling; EOS only once the text is a complete sentence, and the
   // sequence ends when nothing more can follow). `grammar_vocab` is the tokenizer's vocabulary
@@ -114,7 +105,7 @@ class Sequence {
   const std::string& stopping_word() const { return stopping_word_; }
   const SequenceParams& params() const { return params_; }
   // Live scales: a change applies from the next forward pass on.
-  std::vector<float>& lora_scales() { return params_.lora_scales; }
+  std::vector<runtime::ScaledAdapter>& adapters() { return params_.adapters; }
   runtime::KVCache& cache() { return cache_; }
   // With params.embedding: rows [evaluated prompt tokens, hidden_size] (the step appends to it).
   std::vector<float>& hidden_rows() { return hidden_; }

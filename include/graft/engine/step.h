@@ -1,7 +1,8 @@
 // The batching step: every active sequence's next tokens go through one forward pass. Decoding
 // sequences add one token each; sequences still evaluating their prompt share the rest of the
 // token budget in order (chunked prefill, so a long prompt does not stall the others' decoding).
-// Sequences with different adapters and scales share the pass: each row carries its own scales.
+// Sequences with different adapters and scales share the pass: each carries its own (adapter, scale)
+// pairs, and the forward pass groups rows by adapter.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -25,7 +26,7 @@ struct StepResult {
 // Runs one pass over the unfinished sequences. `token_budget` caps the rows of the pass (at least
 // one row per decoding sequence is always granted). Throws before any cache changes if the pass
 // is invalid (see Transformer::forward).
-StepResult run_step(ThreadPool& pool, runtime::Transformer& model, const runtime::LoraSet& loras,
-                    std::span<Sequence* const> sequences, int64_t token_budget);
+StepResult run_step(ThreadPool& pool, runtime::Transformer& model, std::span<Sequence* const> sequences,
+                    int64_t token_budget);
 
 }  // namespace graft::engine

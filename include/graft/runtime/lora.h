@@ -40,7 +40,7 @@ enum class Projection { Q, K, V, O, Gate, Up, Down, LmHead };
 inline constexpr int kProjections = 8;
 
 // DoRA state of one term: the magnitude of its rows and the three per-row vectors of n(σ)², filled
-// once (the first time the term runs, or by prepare_lora_set) from the projection's weight; and the
+// once (the first time the term runs, or by prepare_lora_adapter) from the projection's weight; and the
 // factors f(σ) = m / n(σ) of the scales in use (a few, most recent first), so a scale that repeats
 // from token to token costs nothing and a new one O(rows) once.
 struct DoraRows {
@@ -109,10 +109,13 @@ struct LoraAdapter {
   int64_t bytes_per_token(int64_t active, int64_t experts) const;
 };
 
-// The adapters a Transformer can apply; a sequence chooses a scale for each (by index).
-struct LoraSet {
-  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
-  size_t size() const { return adapters.size(); }
+// One adapter a sequence runs with, at its scale (the user's; it multiplies each term's own). When
+// sequences with different adapters share a pass, each row applies its adapters in `order` (the
+// registry's id), so a row's arithmetic never depends on what else is in the batch.
+struct ScaledAdapter {
+  std::shared_ptr<const LoraAdapter> adapter;
+  float scale = 0.0f;
+  int64_t order = 0;
 };
 
 // How the factors of LoRA, DoRA and LoHa terms are stored and computed at run time (--lora-dtype;
@@ -139,16 +142,16 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
                                                      const model::ModelConfig& config, const std::string& path,
                                                      LoraDType factor_dtype = std::nullopt);
 
-// Binds each adapter on its own (strength 1: the user scale is per sequence) against the model's
-// bindings under the unfused rules and builds its terms. The AdapterUse strengths are not applied
-// here; callers use them as the initial scales.
-std::shared_ptr<const LoraSet> make_lora_set(const model::ModelConfig& config, const io::TensorSource& model_source,
-                                             const std::vector<adapter::AdapterUse>& adapters,
-                                             LoraDType factor_dtype = std::nullopt);
+// Binds `adapter` on its own (strength 1: the user scale is per sequence) against the model's
+// bindings under the unfused rules and builds its terms.
+std::shared_ptr<const LoraAdapter> build_lora_adapter(const model::ModelConfig& config,
+                                                      const io::TensorSource& model_source,
+                                                      std::shared_ptr<const adapter::WeightAdapter> adapter,
+                                                      LoraDType factor_dtype = std::nullopt);
 
 // Fills every DoRA term's per-row vectors now (else the first forward pass that uses it does),
 // from `weights` (the weights the Transformer runs: dequantized rows of quantized matrices).
-void prepare_lora_set(const LoraSet& set, const model::ModelWeights& weights, ThreadPool& pool);
+void prepare_lora_adapter(const LoraAdapter& adapter, const model::ModelWeights& weights, ThreadPool& pool);
 
 // ---- used by Transformer::project (one call per term, per forward pass) ----------------------------
 

@@ -18,10 +18,10 @@ struct SequenceInput {
   KVCache* cache;                 // positions continue from cache->size()
   std::span<const int32_t> tokens;
   bool all_logits = false;        // logits for every new token, else only for the last one
-  // The user scale of each unfused adapter of the Transformer's LoraSet, by index (empty: all 0).
-  // Read at every forward pass, so a scale changed between tokens applies to the next one.
-  // Scale 0 does no work for that adapter: the output is bit-identical to the base model's.
-  std::span<const float> lora_scales;
+  // The unfused adapters this sequence runs with, each at its scale. Read at every forward pass, so a
+  // scale changed between tokens applies to the next one. Scale 0 does no work for that adapter: the
+  // output is bit-identical to the base model's.
+  std::span<const ScaledAdapter> adapters;
   // False: no logits row at all (a prefill chunk that does not end the prompt skips the head).
   bool want_logits = true;
   // Set: hidden states instead of logits (embeddings). The final norm's output for every new token
@@ -32,36 +32,35 @@ struct SequenceInput {
 
 class Transformer {
  public:
-  Transformer(const model::ModelConfig& config, const model::ModelWeights& weights,
-              std::shared_ptr<const LoraSet> loras = nullptr);
+  Transformer(const model::ModelConfig& config, const model::ModelWeights& weights);
 
   // Runs the batch; returns logits rows [rows, vocab] in sequence order (per sequence: one row, or
   // one per token when all_logits, none when !want_logits or hidden). Advances each cache by its token
-  // count. Throws before touching any cache if a token id is out of range or a context would
-  // overflow. The unfused adapters are the constructor's set.
+  // count. Throws before touching any cache if a token id is out of range, a context would overflow,
+  // an adapter scale is not finite or an adapter was built for another model. Rows are grouped by
+  // adapter: each adapter's terms run once over the rows of every sequence that uses it.
   std::vector<float> forward(ThreadPool& pool, std::span<const SequenceInput> batch);
-  // The same with the adapter set given per call (an engine's registry owns it, so adapters can
-  // change between passes); lora_scales index into `loras`.
-  std::vector<float> forward(ThreadPool& pool, std::span<const SequenceInput> batch, const LoraSet& loras);
 
   const model::ModelConfig& config() const { return config_; }
-  const LoraSet& loras() const { return *loras_; }
 
  private:
-  // Per forward pass: for each unfused adapter, the rows (of the token matrix, and of the head's
-  // rows) that use it and their scales, so terms gather rows by adapter.
+  // Per forward pass: for each adapter in use, the rows (of the token matrix, or of the head's rows)
+  // that use it and their scales, so terms gather rows by adapter.
   struct AdapterRows {
+    const LoraAdapter* adapter = nullptr;
     std::vector<int64_t> rows;
     std::vector<float> scales;
   };
-  // By adapter index of `set`; empty rows: adapter unused in this pass.
+  // The pass's adapters in (order, identity) order; an adapter none of the rows uses has no rows.
   struct RowGroups {
-    const LoraSet* set = nullptr;
     std::vector<AdapterRows> by_adapter;
     size_t size() const { return by_adapter.size(); }
     const AdapterRows& operator[](size_t a) const { return by_adapter[a]; }
-    const LoraAdapter& adapter(size_t a) const { return *set->adapters[a]; }
+    const LoraAdapter& adapter(size_t a) const { return *by_adapter[a].adapter; }
   };
+  // Groups the rows (row r belongs to sequence seq_of_row[r]) by the adapters their sequences use at
+  // a non-zero scale; checks every scale and adapter first.
+  RowGroups group_rows(std::span<const SequenceInput> batch, const std::vector<int64_t>& seq_of_row) const;
   // Every projection goes through here: y[m, out] = x[m, in] · Wᵀ (+ bias) + the adapter terms.
   // Projections of the same x (q/k/v, gate/up) go together: one dispatch for all of them.
   void project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
@@ -90,7 +89,6 @@ class Transformer {
 
   const model::ModelConfig& config_;
   const model::ModelWeights& weights_;
-  std::shared_ptr<const LoraSet> loras_;
   std::vector<float> inv_freq_;
   std::vector<float> inv_freq_local_;  // sliding layers' table (the same as inv_freq_ unless Gemma 3)
 };
