@@ -54,12 +54,13 @@ void BM_LoraDecode(benchmark::State& state) {
   }();
   const auto adapter = std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(lora_path));
   constexpr int64_t kCtx = 256;
+  const auto bindings = model::model_bindings(m.config, *m.source);
   std::vector<Variant> variants;
   for (const char* d : {"base", "auto", "bf16", "q8_0"}) {
     Variant v;
     v.name = d;
     const runtime::LoraDType dt = v.name == "base" ? std::nullopt : runtime::parse_lora_dtype(d);
-    if (v.name != "base") v.adapters = {{runtime::build_lora_adapter(m.config, *m.source, adapter, dt), 1.0f, 0}};
+    if (v.name != "base") v.adapters = {{runtime::build_lora_adapter(m.config, *m.source, *bindings, adapter, dt), 1.0f, 0}};
     v.transformer = std::make_unique<runtime::Transformer>(m.config, m.weights);
     v.cache = std::make_unique<runtime::KVCache>(m.config, kCtx, runtime::kDefaultKVCacheType);
     variants.push_back(std::move(v));

@@ -44,11 +44,7 @@ void measure(const runtime::LoraAdapter& a, AdapterInfo& info) {
     if (t.kron) rank = std::max({rank, t.kron->r1, t.kron->r2});
     else if (!t.a.shape.empty()) rank = std::max(rank, t.a.shape[0]);
   };
-  for (const auto& layer : a.terms)
-    for (const auto& site : layer)
-      for (const auto& t : site) add(t);
-  for (const auto& t : a.embed) add(t);
-  for (const auto& [at, site] : a.expert_terms)
+  for (const auto& [role, site] : a.terms)
     for (const auto& t : site) add(t);
   info.bytes = bytes;
   info.rank = rank;

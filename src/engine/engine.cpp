@@ -76,13 +76,17 @@ void check_options(const EngineOptions& o) {
 void Engine::check(const EngineOptions& o) {
   check_options(o);
   const model::ModelSource src = model::open_model_source(o.model);
+  const auto bindings = model::model_bindings(src.config, *src.source);  // once, for every adapter
   std::vector<adapter::AdapterUse> fused = o.load.fused_adapters;
   if (o.fuse) fused.insert(fused.end(), o.adapters.begin(), o.adapters.end());
   if (!fused.empty())
-    model::bind_model_adapters(src.config, *src.source, fused, model::AdapterPath::Fused, {}, true);
-  // One adapter at a time: the terms of each are dropped before the next is built.
+    model::bind_model_adapters(src.config, *src.source, *bindings, fused, model::AdapterPath::Fused, {}, true);
+  // Bound and checked, not built: the constructor builds each adapter's terms once.
   if (!o.fuse)
-    for (const auto& u : o.adapters) runtime::build_lora_adapter(src.config, *src.source, u.adapter, o.lora_dtype);
+    for (const auto& u : o.adapters) {
+      const auto plan = runtime::bind_lora_adapter(src.config, *src.source, *bindings, u.adapter);
+      runtime::check_lora_plan(*plan, *bindings, u.adapter->path, o.lora_dtype);
+    }
 }
 
 Engine::Engine(EngineOptions options)
@@ -94,7 +98,8 @@ Engine::Engine(EngineOptions options)
 
 std::shared_ptr<const runtime::LoraAdapter> Engine::build_adapter(
     std::shared_ptr<const adapter::WeightAdapter> adapter) const {
-  auto terms = runtime::build_lora_adapter(model_.config, *model_.source, std::move(adapter), lora_dtype_);
+  std::call_once(bindings_once_, [&] { bindings_ = model::model_bindings(model_.config, *model_.source); });
+  auto terms = runtime::build_lora_adapter(model_.config, *model_.source, *bindings_, std::move(adapter), lora_dtype_);
   ThreadPool one(1);  // the engine's pool belongs to the batching thread
   runtime::prepare_lora_adapter(*terms, model_.weights, one);  // DoRA row norms now, not in a forward pass
   return terms;

@@ -13,7 +13,7 @@ adapter::WeightAdapterBindings model_adapter_bindings(const ModelConfig& config,
   for (int64_t i = 0; i < config.num_layers; ++i)
     for (const auto& f : fused_projection_specs()) {
       std::vector<std::string> parts;
-      for (LayerTensor r : f.parts) parts.push_back(hf_layer_tensor_name(i, r));
+      for (Role r : f.parts) parts.push_back(hf_layer_tensor_name(i, r));
       // A sparse (mixture-of-experts) layer has no gate/up to split onto.
       if (!std::all_of(parts.begin(), parts.end(), [&](const std::string& p) { return source.has(p); })) continue;
       std::string module = hf_fused_tensor_name(i, f);
@@ -30,9 +30,9 @@ adapter::WeightAdapterBindings model_adapter_bindings(const ModelConfig& config,
     for (int64_t i = 0; i < config.num_layers; ++i) {
       if (!config.layer_is_sparse(i)) continue;
       for (int64_t e = 0; e < config.num_experts; ++e) {
-        const std::string gate = hf_expert_tensor_name(config, i, e, ExpertTensor::Gate),
-                          up = hf_expert_tensor_name(config, i, e, ExpertTensor::Up),
-                          down = hf_expert_tensor_name(config, i, e, ExpertTensor::Down);
+        const std::string gate = hf_expert_tensor_name(config, i, e, Role::Gate),
+                          up = hf_expert_tensor_name(config, i, e, Role::Up),
+                          down = hf_expert_tensor_name(config, i, e, Role::Down);
         if (!source.has(gate) || !source.has(up) || !source.has(down)) continue;
         const std::string stem =
             "model.layers." + std::to_string(i) + "." + moe.v5_block + ".experts." + std::to_string(e) + ".";

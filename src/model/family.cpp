@@ -90,20 +90,20 @@ const FamilyTraits& family_for_gguf_arch(const std::string& arch, bool experts) 
 
 const std::vector<LayerTensorSpec>& layer_tensor_specs() {
   static const std::vector<LayerTensorSpec> kSpecs = {
-      {LayerTensor::AttnNorm, "input_layernorm.weight", "attn_norm.weight"},
-      {LayerTensor::Q, "self_attn.q_proj.weight", "attn_q.weight"},
-      {LayerTensor::K, "self_attn.k_proj.weight", "attn_k.weight"},
-      {LayerTensor::V, "self_attn.v_proj.weight", "attn_v.weight"},
-      {LayerTensor::O, "self_attn.o_proj.weight", "attn_output.weight"},
-      {LayerTensor::QBias, "self_attn.q_proj.bias", "attn_q.bias"},
-      {LayerTensor::KBias, "self_attn.k_proj.bias", "attn_k.bias"},
-      {LayerTensor::VBias, "self_attn.v_proj.bias", "attn_v.bias"},
-      {LayerTensor::QNorm, "self_attn.q_norm.weight", "attn_q_norm.weight"},
-      {LayerTensor::KNorm, "self_attn.k_norm.weight", "attn_k_norm.weight"},
-      {LayerTensor::MlpNorm, "post_attention_layernorm.weight", "ffn_norm.weight"},
-      {LayerTensor::Gate, "mlp.gate_proj.weight", "ffn_gate.weight"},
-      {LayerTensor::Up, "mlp.up_proj.weight", "ffn_up.weight"},
-      {LayerTensor::Down, "mlp.down_proj.weight", "ffn_down.weight"},
+      {Role::AttnNorm, "input_layernorm.weight", "attn_norm.weight"},
+      {Role::Q, "self_attn.q_proj.weight", "attn_q.weight"},
+      {Role::K, "self_attn.k_proj.weight", "attn_k.weight"},
+      {Role::V, "self_attn.v_proj.weight", "attn_v.weight"},
+      {Role::O, "self_attn.o_proj.weight", "attn_output.weight"},
+      {Role::QBias, "self_attn.q_proj.bias", "attn_q.bias"},
+      {Role::KBias, "self_attn.k_proj.bias", "attn_k.bias"},
+      {Role::VBias, "self_attn.v_proj.bias", "attn_v.bias"},
+      {Role::QNorm, "self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {Role::KNorm, "self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {Role::MlpNorm, "post_attention_layernorm.weight", "ffn_norm.weight"},
+      {Role::Gate, "mlp.gate_proj.weight", "ffn_gate.weight"},
+      {Role::Up, "mlp.up_proj.weight", "ffn_up.weight"},
+      {Role::Down, "mlp.down_proj.weight", "ffn_down.weight"},
   };
   return kSpecs;
 }
@@ -114,10 +114,10 @@ const std::vector<LayerTensorSpec>& sandwich_layer_tensor_specs() {
   static const std::vector<LayerTensorSpec> kSpecs = [] {
     std::vector<LayerTensorSpec> s;
     for (const auto& spec : layer_tensor_specs())
-      if (spec.role != LayerTensor::MlpNorm) s.push_back(spec);
-    s.push_back({LayerTensor::AttnPostNorm, "post_attention_layernorm.weight", "post_attention_norm.weight"});
-    s.push_back({LayerTensor::MlpNorm, "pre_feedforward_layernorm.weight", "ffn_norm.weight"});
-    s.push_back({LayerTensor::MlpPostNorm, "post_feedforward_layernorm.weight", "post_ffw_norm.weight"});
+      if (spec.role != Role::MlpNorm) s.push_back(spec);
+    s.push_back({Role::AttnPostNorm, "post_attention_layernorm.weight", "post_attention_norm.weight"});
+    s.push_back({Role::MlpNorm, "pre_feedforward_layernorm.weight", "ffn_norm.weight"});
+    s.push_back({Role::MlpPostNorm, "post_feedforward_layernorm.weight", "post_ffw_norm.weight"});
     return s;
   }();
   return kSpecs;
@@ -130,7 +130,7 @@ const std::vector<LayerTensorSpec>& fused_layer_tensor_specs() {
     std::vector<LayerTensorSpec> s = layer_tensor_specs();
     for (auto& spec : s)
       for (const auto& f : fused_projection_specs())
-        for (LayerTensor r : f.parts)
+        for (Role r : f.parts)
           if (spec.role == r) spec.gguf_suffix = "";
     return s;
   }();
@@ -144,8 +144,8 @@ const std::vector<LayerTensorSpec>& layer_tensor_specs(const ModelConfig& c) {
 
 const std::vector<FusedProjectionSpec>& fused_projection_specs() {
   static const std::vector<FusedProjectionSpec> kFused = {
-      {"self_attn.qkv_proj.weight", "attn_qkv.weight", {LayerTensor::Q, LayerTensor::K, LayerTensor::V}},
-      {"mlp.gate_up_proj.weight", "ffn_up.weight", {LayerTensor::Gate, LayerTensor::Up}},
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight", {Role::Q, Role::K, Role::V}},
+      {"mlp.gate_up_proj.weight", "ffn_up.weight", {Role::Gate, Role::Up}},
   };
   return kFused;
 }
@@ -155,30 +155,30 @@ std::string hf_fused_tensor_name(int64_t layer, const FusedProjectionSpec& spec)
 }
 
 namespace {
-std::string layer_name(const std::vector<LayerTensorSpec>& specs, int64_t layer, LayerTensor role) {
+std::string layer_name(const std::vector<LayerTensorSpec>& specs, int64_t layer, Role role) {
   for (const auto& s : specs)
     if (s.role == role) return "model.layers." + std::to_string(layer) + "." + s.hf_suffix;
   fail("unknown layer tensor role");
 }
 }  // namespace
 
-std::string hf_layer_tensor_name(int64_t layer, LayerTensor role) { return layer_name(layer_tensor_specs(), layer, role); }
-std::string hf_layer_tensor_name(const ModelConfig& c, int64_t layer, LayerTensor role) {
+std::string hf_layer_tensor_name(int64_t layer, Role role) { return layer_name(layer_tensor_specs(), layer, role); }
+std::string hf_layer_tensor_name(const ModelConfig& c, int64_t layer, Role role) {
   return layer_name(layer_tensor_specs(c), layer, role);
 }
 
-bool layer_tensor_present(const ModelConfig& c, LayerTensor role) {
+bool layer_tensor_present(const ModelConfig& c, Role role) {
   switch (role) {
-    case LayerTensor::QBias: case LayerTensor::KBias: case LayerTensor::VBias: return c.attention_bias;
-    case LayerTensor::QNorm: case LayerTensor::KNorm: return c.qk_norm;
-    case LayerTensor::AttnPostNorm: case LayerTensor::MlpPostNorm: return c.sandwich_norms;
+    case Role::QBias: case Role::KBias: case Role::VBias: return c.attention_bias;
+    case Role::QNorm: case Role::KNorm: return c.qk_norm;
+    case Role::AttnPostNorm: case Role::MlpPostNorm: return c.sandwich_norms;
     default: return true;
   }
 }
 
-std::string hf_expert_tensor_name(const ModelConfig& c, int64_t layer, int64_t expert, ExpertTensor role) {
+std::string hf_expert_tensor_name(const ModelConfig& c, int64_t layer, int64_t expert, Role role) {
   const MoeLayout& m = family(c.model_type).moe;
-  const char* name = role == ExpertTensor::Gate ? m.gate : role == ExpertTensor::Up ? m.up : m.down;
+  const char* name = role == Role::Gate ? m.gate : role == Role::Up ? m.up : m.down;
   return "model.layers." + std::to_string(layer) + "." + m.block + ".experts." + std::to_string(expert) + "." + name +
          ".weight";
 }
@@ -187,26 +187,84 @@ std::string hf_router_tensor_name(const ModelConfig& c, int64_t layer) {
   return "model.layers." + std::to_string(layer) + "." + family(c.model_type).moe.block + ".gate.weight";
 }
 
-std::vector<int64_t> expert_tensor_shape(const ModelConfig& c, ExpertTensor role) {
+std::vector<int64_t> expert_tensor_shape(const ModelConfig& c, Role role) {
   const int64_t h = c.hidden_size, f = c.moe_intermediate_size;
-  return role == ExpertTensor::Down ? std::vector<int64_t>{h, f} : std::vector<int64_t>{f, h};
+  return role == Role::Down ? std::vector<int64_t>{h, f} : std::vector<int64_t>{f, h};
 }
 
-std::vector<int64_t> layer_tensor_shape(const ModelConfig& c, LayerTensor role) {
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::AttnNorm: return "attn_norm";
+    case Role::Q: return "q";
+    case Role::K: return "k";
+    case Role::V: return "v";
+    case Role::O: return "o";
+    case Role::QBias: return "q_bias";
+    case Role::KBias: return "k_bias";
+    case Role::VBias: return "v_bias";
+    case Role::QNorm: return "q_norm";
+    case Role::KNorm: return "k_norm";
+    case Role::MlpNorm: return "mlp_norm";
+    case Role::Gate: return "gate";
+    case Role::Up: return "up";
+    case Role::Down: return "down";
+    case Role::AttnPostNorm: return "attn_post_norm";
+    case Role::MlpPostNorm: return "mlp_post_norm";
+    case Role::Router: return "router";
+    case Role::Embed: return "embed_tokens";
+    case Role::FinalNorm: return "final_norm";
+    case Role::LmHead: return "lm_head";
+  }
+  return "?";
+}
+
+std::string describe(const TensorRole& r) {
+  std::string s = r.layer >= 0 ? "layer " + std::to_string(r.layer) + " " : "";
+  if (r.expert >= 0) s += "expert " + std::to_string(r.expert) + " ";
+  return s + role_name(r.role);
+}
+
+std::vector<std::pair<std::string, TensorRole>> tensor_roles(const ModelConfig& c) {
+  std::vector<std::pair<std::string, TensorRole>> roles = {{kEmbedName, {Role::Embed}}, {kFinalNormName, {Role::FinalNorm}}};
+  if (!c.tie_word_embeddings) roles.push_back({kLmHeadName, {Role::LmHead}});
+  auto is_mlp = [](Role r) { return r == Role::Gate || r == Role::Up || r == Role::Down; };
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool sparse = c.layer_is_sparse(l);
+    for (const auto& spec : layer_tensor_specs(c))
+      if (layer_tensor_present(c, spec.role) && !(sparse && is_mlp(spec.role)))
+        roles.push_back({hf_layer_tensor_name(c, l, spec.role), {spec.role, l}});
+    if (!sparse) continue;
+    roles.push_back({hf_router_tensor_name(c, l), {Role::Router, l}});
+    for (int64_t e = 0; e < c.num_experts; ++e)
+      for (Role r : {Role::Gate, Role::Up, Role::Down}) roles.push_back({hf_expert_tensor_name(c, l, e, r), {r, l, e}});
+  }
+  return roles;
+}
+
+std::vector<int64_t> tensor_shape(const ModelConfig& c, const TensorRole& r) {
+  switch (r.role) {
+    case Role::Embed: case Role::LmHead: return {c.vocab_size, c.hidden_size};
+    case Role::FinalNorm: return {c.hidden_size};
+    case Role::Router: return {c.num_experts, c.hidden_size};
+    default: return r.expert >= 0 ? expert_tensor_shape(c, r.role) : layer_tensor_shape(c, r.role);
+  }
+}
+
+std::vector<int64_t> layer_tensor_shape(const ModelConfig& c, Role role) {
   const int64_t h = c.hidden_size, f = c.intermediate_size;
   switch (role) {
-    case LayerTensor::AttnNorm: case LayerTensor::MlpNorm: case LayerTensor::AttnPostNorm:
-    case LayerTensor::MlpPostNorm: return {h};
-    case LayerTensor::Q: return {c.q_dim(), h};
-    case LayerTensor::K: case LayerTensor::V: return {c.kv_dim(), h};
-    case LayerTensor::O: return {h, c.q_dim()};
-    case LayerTensor::QBias: return {c.q_dim()};
-    case LayerTensor::KBias: case LayerTensor::VBias: return {c.kv_dim()};
-    case LayerTensor::QNorm: case LayerTensor::KNorm: return {c.head_dim};
-    case LayerTensor::Gate: case LayerTensor::Up: return {f, h};
-    case LayerTensor::Down: return {h, f};
+    case Role::AttnNorm: case Role::MlpNorm: case Role::AttnPostNorm:
+    case Role::MlpPostNorm: return {h};
+    case Role::Q: return {c.q_dim(), h};
+    case Role::K: case Role::V: return {c.kv_dim(), h};
+    case Role::O: return {h, c.q_dim()};
+    case Role::QBias: return {c.q_dim()};
+    case Role::KBias: case Role::VBias: return {c.kv_dim()};
+    case Role::QNorm: case Role::KNorm: return {c.head_dim};
+    case Role::Gate: case Role::Up: return {f, h};
+    case Role::Down: return {h, f};
+    default: return {};  // not a layer's own tensor
   }
-  return {};
 }
 
 }  // namespace graft::model

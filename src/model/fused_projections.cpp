@@ -20,13 +20,13 @@ std::map<std::string, io::TensorSlice> split_parts(const io::TensorSource& base,
       auto info = base.info(fused);
       if (!info) continue;  // weight validation reports the missing parts by their names
       int64_t rows = 0;
-      for (LayerTensor r : spec.parts) rows += layer_tensor_shape(c, r)[0];
+      for (Role r : spec.parts) rows += layer_tensor_shape(c, r)[0];
       if (info->shape.size() != 2 || info->shape[0] != rows || info->shape[1] != c.hidden_size)
         fail(base.describe(), ": tensor '", fused, "' has shape ", shape_str(info->shape), ", expected [", rows, ", ",
              c.hidden_size, "] (", c.model_type, " stores ", spec.parts.size(),
              " projections fused in it; sizes from config.json)");
       int64_t row = 0;
-      for (LayerTensor r : spec.parts) {
+      for (Role r : spec.parts) {
         const int64_t n = layer_tensor_shape(c, r)[0];
         parts[hf_layer_tensor_name(c, i, r)] = io::TensorSlice::rows(fused, row, n);
         row += n;
@@ -41,7 +41,7 @@ class JoinSource : public io::TensorSource {
     for (int64_t i = 0; i < c.num_layers; ++i)
       for (const auto& spec : fused_projection_specs()) {
         std::vector<std::string> parts;
-        for (LayerTensor r : spec.parts)
+        for (Role r : spec.parts)
           if (base_->has(hf_layer_tensor_name(c, i, r))) parts.push_back(hf_layer_tensor_name(c, i, r));
         if (parts.size() != spec.parts.size()) continue;
         for (const auto& p : parts) hidden_[p] = true;

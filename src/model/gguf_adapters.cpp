@@ -65,7 +65,7 @@ void add_gguf_tensor_aliases(adapter::WeightAdapterBindings& b, const ModelConfi
     for (int64_t i = 0; i < config.num_layers; ++i)
       for (const auto& f : fused_projection_specs()) {
         std::vector<std::string> parts;
-        for (LayerTensor r : f.parts) parts.push_back(hf_layer_tensor_name(i, r));
+        for (Role r : f.parts) parts.push_back(hf_layer_tensor_name(i, r));
         const std::string g = f.gguf_suffix;
         b.add_fused_split("blk." + std::to_string(i) + "." + g.substr(0, g.rfind('.')), parts);
       }

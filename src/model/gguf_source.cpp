@@ -35,9 +35,9 @@ class GgufTensorSource : public io::TensorSource {
       if (!c.layer_is_sparse(i)) continue;
       const std::string blk = "blk." + std::to_string(i) + ".";
       gguf_to_hf[blk + "ffn_gate_inp.weight"] = hf_router_tensor_name(c, i);
-      const std::pair<const char*, ExpertTensor> kExps[] = {
-          {"ffn_gate_exps.weight", ExpertTensor::Gate}, {"ffn_up_exps.weight", ExpertTensor::Up},
-          {"ffn_down_exps.weight", ExpertTensor::Down}};
+      const std::pair<const char*, Role> kExps[] = {
+          {"ffn_gate_exps.weight", Role::Gate}, {"ffn_up_exps.weight", Role::Up},
+          {"ffn_down_exps.weight", Role::Down}};
       for (const auto& [suffix, role] : kExps) {
         const io::GgufTensorInfo* t = file_->find(blk + suffix);
         if (!t) continue;  // weight validation names each missing expert matrix
@@ -57,9 +57,9 @@ class GgufTensorSource : public io::TensorSource {
       hf_to_gguf_[hf] = t.name;
       if (permuted_qk) {
         for (int64_t i = 0; i < c.num_layers; ++i) {
-          if (hf == hf_layer_tensor_name(i, LayerTensor::Q) || hf == hf_layer_tensor_name(i, LayerTensor::QBias))
+          if (hf == hf_layer_tensor_name(i, Role::Q) || hf == hf_layer_tensor_name(i, Role::QBias))
             heads_[hf] = c.num_heads;
-          if (hf == hf_layer_tensor_name(i, LayerTensor::K) || hf == hf_layer_tensor_name(i, LayerTensor::KBias))
+          if (hf == hf_layer_tensor_name(i, Role::K) || hf == hf_layer_tensor_name(i, Role::KBias))
             heads_[hf] = c.num_kv_heads;
         }
       }

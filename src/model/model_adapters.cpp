@@ -28,6 +28,13 @@ adapter::WeightAdapterBindings bindings_for_model(const ModelConfig& config, con
   return b;
 }
 
+std::shared_ptr<const ModelBindings> model_bindings(const ModelConfig& config, const io::TensorSource& source) {
+  auto b = std::make_shared<ModelBindings>();
+  b->aliases = bindings_for_model(config, source);
+  for (auto& [name, role] : tensor_roles(config)) b->roles.emplace(std::move(name), role);
+  return b;
+}
+
 void check_tied_head_rules(const ModelConfig& config, const FamilyTraits& family,
                            const std::vector<adapter::AdapterUse>& adapters,
                            const adapter::WeightAdapterBindings& bindings, AdapterPath path) {
@@ -60,13 +67,23 @@ std::shared_ptr<adapter::WeightAdapterPlan> bind_model_adapters(const ModelConfi
                                                                 AdapterPath path,
                                                                 const std::vector<std::string>& quantized_weights,
                                                                 bool allow_requantize) {
+  return bind_model_adapters(config, source, *model_bindings(config, source), uses, path, quantized_weights,
+                             allow_requantize);
+}
+
+std::shared_ptr<adapter::WeightAdapterPlan> bind_model_adapters(const ModelConfig& config,
+                                                                const io::TensorSource& source,
+                                                                const ModelBindings& bindings,
+                                                                const std::vector<adapter::AdapterUse>& uses,
+                                                                AdapterPath path,
+                                                                const std::vector<std::string>& quantized_weights,
+                                                                bool allow_requantize) {
   // The plan keeps these (GGUF adapters in this model's q/k row order), so every path reads them.
   const std::vector<adapter::AdapterUse> adapters = gguf_adapters_for_model(config, uses);
-  const adapter::WeightAdapterBindings bindings = bindings_for_model(config, source);
-  check_tied_head_rules(config, family(config.model_type), adapters, bindings, path);
+  check_tied_head_rules(config, family(config.model_type), adapters, bindings.aliases, path);
   adapter::BindOptions bo;
   bo.allow_quantized_base = path == AdapterPath::Unfused;  // terms never touch the stored weights
-  auto plan = adapter::bind_weight_adapter(adapters, bindings, source, bo);
+  auto plan = adapter::bind_weight_adapter(adapters, bindings.aliases, source, bo);
   if (path == AdapterPath::Fused && !allow_requantize) {
     std::vector<std::string> problems;
     for (const auto& [tensor, updates] : plan->updates)

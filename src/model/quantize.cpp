@@ -130,8 +130,8 @@ QuantizeResult quantize_checkpoint(const std::string& model_dir, const std::stri
   std::vector<std::string> candidates = {kEmbedName};
   if (!c.tie_word_embeddings || src.source->has(kLmHeadName)) candidates.push_back(kLmHeadName);
   for (int64_t l = 0; l < c.num_layers; ++l)
-    for (LayerTensor r : {LayerTensor::Q, LayerTensor::K, LayerTensor::V, LayerTensor::O, LayerTensor::Gate,
-                          LayerTensor::Up, LayerTensor::Down})
+    for (Role r : {Role::Q, Role::K, Role::V, Role::O, Role::Gate,
+                          Role::Up, Role::Down})
       candidates.push_back(hf_layer_tensor_name(l, r));
   std::set<std::string> modules;
   for (const auto& n : candidates) {

@@ -12,7 +12,7 @@ namespace {
 
 // mlx-lm's SwitchGLU names its projections the same way in every family.
 constexpr const char* kSwitchProj[] = {"gate_proj", "up_proj", "down_proj"};
-constexpr ExpertTensor kRoles[] = {ExpertTensor::Gate, ExpertTensor::Up, ExpertTensor::Down};
+constexpr Role kRoles[] = {Role::Gate, Role::Up, Role::Down};
 constexpr const char* kSuffixes[] = {".weight", ".scales", ".biases"};
 
 std::string stacked_stem(const ModelConfig& c, int64_t layer, int part) {

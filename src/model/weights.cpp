@@ -157,34 +157,40 @@ int64_t LayerWeights::bytes_per_token(int64_t active) const {
   return bytes + router.nbytes() + all * active / static_cast<int64_t>(experts.size());
 }
 
+const Matrix* ModelWeights::matrix(const TensorRole& r) const {
+  if (r.role == Role::Embed) return &embed;
+  if (r.role == Role::LmHead) return &lm_head;
+  if (r.layer < 0 || r.layer >= static_cast<int64_t>(layers.size())) return nullptr;
+  const LayerWeights& L = layers[static_cast<size_t>(r.layer)];
+  if (r.expert >= 0) {
+    if (r.expert >= static_cast<int64_t>(L.experts.size())) return nullptr;
+    const ExpertWeights& X = L.experts[static_cast<size_t>(r.expert)];
+    return r.role == Role::Gate ? &X.gate : r.role == Role::Up ? &X.up : r.role == Role::Down ? &X.down : nullptr;
+  }
+  switch (r.role) {
+    case Role::Q: return &L.q;
+    case Role::K: return &L.k;
+    case Role::V: return &L.v;
+    case Role::O: return &L.o;
+    case Role::Gate: return &L.gate;
+    case Role::Up: return &L.up;
+    case Role::Down: return &L.down;
+    case Role::Router: return &L.router;
+    default: return nullptr;
+  }
+}
+
 ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, const WeightLoadOptions& options) {
   const auto& progress = options.progress;
   const auto& weight_dtype = options.weight_dtype;
   if (weight_dtype && *weight_dtype != DType::F32 && *weight_dtype != DType::F16 && *weight_dtype != DType::BF16)
     fail("weight dtype must be F32, F16 or BF16, not ", dtype_name(*weight_dtype));
   Loader ld{source, {}, {}};
-  const Shape embed_shape = {c.vocab_size, c.hidden_size};
-  ld.check(kEmbedName, embed_shape, true);
-  ld.check(kFinalNormName, {c.hidden_size}, false);
+  for (const auto& [name, role] : tensor_roles(c)) ld.check(name, tensor_shape(c, role), role.role != Role::FinalNorm);
   const bool has_head = source.has(kLmHeadName);
-  if (!c.tie_word_embeddings) {
-    ld.check(kLmHeadName, embed_shape, true);
-  } else if (has_head) {
-    // A tied checkpoint that also stores lm_head: transformers would ignore it; graft accepts it
-    // only when it is the embedding itself, so a silently different head cannot be lost.
-    ld.used.insert(kLmHeadName);
-  }
-  auto is_mlp = [](LayerTensor r) { return r == LayerTensor::Gate || r == LayerTensor::Up || r == LayerTensor::Down; };
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    for (const auto& spec : layer_tensor_specs(c))
-      if (layer_tensor_present(c, spec.role) && !(c.layer_is_sparse(i) && is_mlp(spec.role)))
-        ld.check(hf_layer_tensor_name(c, i, spec.role), layer_tensor_shape(c, spec.role), true);
-    if (!c.layer_is_sparse(i)) continue;
-    ld.check(hf_router_tensor_name(c, i), {c.num_experts, c.hidden_size}, true);
-    for (int64_t e = 0; e < c.num_experts; ++e)
-      for (ExpertTensor r : {ExpertTensor::Gate, ExpertTensor::Up, ExpertTensor::Down})
-        ld.check(hf_expert_tensor_name(c, i, e, r), expert_tensor_shape(c, r), true);
-  }
+  // A tied checkpoint that also stores lm_head: transformers would ignore it; graft accepts it only
+  // when it is the embedding itself, so a silently different head cannot be lost.
+  if (c.tie_word_embeddings && has_head) ld.used.insert(kLmHeadName);
   for (const auto& name : source.names())
     if (!ld.used.count(name) && !ignorable(name))
       ld.problems.push_back("unexpected tensor '" + name + "' (not part of a " + c.model_type + " model with " +
@@ -216,36 +222,36 @@ ModelWeights load_weights(const ModelConfig& c, const io::TensorSource& source, 
   tick();
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights L;
-    auto name = [&](LayerTensor r) { return hf_layer_tensor_name(c, i, r); };
-    L.attn_norm = read_vector_f32(source, name(LayerTensor::AttnNorm), off);
-    L.q = read_matrix(source, name(LayerTensor::Q), options);
-    L.k = read_matrix(source, name(LayerTensor::K), options);
-    L.v = read_matrix(source, name(LayerTensor::V), options);
-    L.o = read_matrix(source, name(LayerTensor::O), options);
+    auto name = [&](Role r) { return hf_layer_tensor_name(c, i, r); };
+    L.attn_norm = read_vector_f32(source, name(Role::AttnNorm), off);
+    L.q = read_matrix(source, name(Role::Q), options);
+    L.k = read_matrix(source, name(Role::K), options);
+    L.v = read_matrix(source, name(Role::V), options);
+    L.o = read_matrix(source, name(Role::O), options);
     if (c.attention_bias) {
-      L.q_bias = read_vector_f32(source, name(LayerTensor::QBias));
-      L.k_bias = read_vector_f32(source, name(LayerTensor::KBias));
-      L.v_bias = read_vector_f32(source, name(LayerTensor::VBias));
+      L.q_bias = read_vector_f32(source, name(Role::QBias));
+      L.k_bias = read_vector_f32(source, name(Role::KBias));
+      L.v_bias = read_vector_f32(source, name(Role::VBias));
     }
     if (c.qk_norm) {
-      L.q_norm = read_vector_f32(source, name(LayerTensor::QNorm), off);
-      L.k_norm = read_vector_f32(source, name(LayerTensor::KNorm), off);
+      L.q_norm = read_vector_f32(source, name(Role::QNorm), off);
+      L.k_norm = read_vector_f32(source, name(Role::KNorm), off);
     }
-    L.mlp_norm = read_vector_f32(source, name(LayerTensor::MlpNorm), off);
+    L.mlp_norm = read_vector_f32(source, name(Role::MlpNorm), off);
     if (c.sandwich_norms) {
-      L.attn_post_norm = read_vector_f32(source, name(LayerTensor::AttnPostNorm), off);
-      L.mlp_post_norm = read_vector_f32(source, name(LayerTensor::MlpPostNorm), off);
+      L.attn_post_norm = read_vector_f32(source, name(Role::AttnPostNorm), off);
+      L.mlp_post_norm = read_vector_f32(source, name(Role::MlpPostNorm), off);
     }
     if (c.layer_is_sparse(i)) {
       L.router = read_matrix(source, hf_router_tensor_name(c, i), options);
       for (int64_t e = 0; e < c.num_experts; ++e) {
-        auto expert = [&](ExpertTensor r) { return read_matrix(source, hf_expert_tensor_name(c, i, e, r), options); };
-        L.experts.push_back({expert(ExpertTensor::Gate), expert(ExpertTensor::Up), expert(ExpertTensor::Down)});
+        auto expert = [&](Role r) { return read_matrix(source, hf_expert_tensor_name(c, i, e, r), options); };
+        L.experts.push_back({expert(Role::Gate), expert(Role::Up), expert(Role::Down)});
       }
     } else {
-      L.gate = read_matrix(source, name(LayerTensor::Gate), options);
-      L.up = read_matrix(source, name(LayerTensor::Up), options);
-      L.down = read_matrix(source, name(LayerTensor::Down), options);
+      L.gate = read_matrix(source, name(Role::Gate), options);
+      L.up = read_matrix(source, name(Role::Up), options);
+      L.down = read_matrix(source, name(Role::Down), options);
     }
     w.layers.push_back(std::move(L));
     tick();

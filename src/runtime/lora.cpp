@@ -35,23 +35,24 @@ Tensor transposed(const Tensor& b) {
   return Tensor::owned(dt, {r, rows}, std::move(bytes));
 }
 
-// Model tensor name -> (layer, projection) for every projection a term can sit on.
-struct Site {
-  int64_t layer;
-  Projection projection;
-};
+// The roles a term can sit on: the linear layers the forward pass runs (a layer's projections, the
+// head, a sparse layer's router and its experts' projections) and the embedding lookup.
+bool takes_terms(model::Role r) {
+  using model::Role;
+  switch (r) {
+    case Role::Q: case Role::K: case Role::V: case Role::O: case Role::Gate: case Role::Up: case Role::Down:
+    case Role::Router: case Role::LmHead: case Role::Embed: return true;
+    default: return false;
+  }
+}
 
-std::map<std::string, Site> projection_sites(const model::ModelConfig& c) {
-  using model::LayerTensor;
-  static const std::pair<LayerTensor, Projection> kRoles[] = {
-      {LayerTensor::Q, Projection::Q},       {LayerTensor::K, Projection::K},   {LayerTensor::V, Projection::V},
-      {LayerTensor::O, Projection::O},       {LayerTensor::Gate, Projection::Gate},
-      {LayerTensor::Up, Projection::Up},     {LayerTensor::Down, Projection::Down}};
-  std::map<std::string, Site> sites;
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    for (const auto& [role, p] : kRoles) sites[model::hf_layer_tensor_name(l, role)] = {l, p};
-  if (!c.tie_word_embeddings) sites[model::kLmHeadName] = {c.num_layers, Projection::LmHead};
-  return sites;
+// The input width of A of an update with an A factor (LoRA, DoRA, LoHa), else 0 (LoKr keeps its
+// factors as stored whatever --lora-dtype says).
+int64_t a_width(const adapter::Update& u) {
+  if (const auto* lr = std::get_if<adapter::LowRankUpdate>(&u)) return lr->a.shape[1];
+  if (const auto* dr = std::get_if<adapter::DoraUpdate>(&u)) return dr->lora.a.shape[1];
+  if (const auto* hd = std::get_if<adapter::HadamardUpdate>(&u)) return hd->w1b.shape[1];
+  return 0;
 }
 
 std::vector<float> f32_all(const Tensor& t) {
@@ -158,17 +159,17 @@ int64_t LoraTerm::factor_bytes() const {
 
 int64_t LoraAdapter::factor_bytes() const {
   int64_t bytes = bytes_per_token(1, 1);
-  for (const LoraTerm& t : embed) bytes += t.factor_bytes();
+  if (const auto* embed = at({model::Role::Embed}))
+    for (const LoraTerm& t : *embed) bytes += t.factor_bytes();
   return bytes;
 }
 
 int64_t LoraAdapter::bytes_per_token(int64_t active, int64_t experts) const {
   int64_t bytes = 0, expert_bytes = 0;
-  for (const auto& layer : terms)
-    for (const auto& site : layer)
-      for (const LoraTerm& t : site) bytes += t.factor_bytes();
-  for (const auto& [at, site] : expert_terms)  // (the router's terms, expert -1, are read whole)
-    for (const LoraTerm& t : site) (at[1] < 0 ? bytes : expert_bytes) += t.factor_bytes();
+  for (const auto& [role, site] : terms) {
+    if (role.role == model::Role::Embed) continue;  // a lookup reads one row of B
+    for (const LoraTerm& t : site) (role.expert < 0 ? bytes : expert_bytes) += t.factor_bytes();
+  }
   return bytes + (experts > 0 ? expert_bytes * active / experts : 0);
 }
 
@@ -191,92 +192,33 @@ std::string lora_dtype_name(LoraDType t) {
   }
 }
 
-std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapterPlan& plan,
-                                                     const model::ModelConfig& config, const std::string& path,
-                                                     LoraDType factor_dtype) {
+void check_lora_plan(const adapter::WeightAdapterPlan& plan, const model::ModelBindings& bindings,
+                     const std::string& path, LoraDType factor_dtype) {
   if (factor_dtype && *factor_dtype != DType::F32 && *factor_dtype != DType::BF16 && *factor_dtype != DType::Q8_0)
     fail_as(ErrorKind::kBadRequest, "make_lora_adapter: factor dtype ", dtype_name(*factor_dtype),
             "; expected F32, BF16 or Q8_0");
-  auto out = std::make_shared<LoraAdapter>();
-  out->path = path;
-  out->terms.resize(static_cast<size_t>(config.num_layers + 1));
-  const auto sites = projection_sites(config);
-  // Each expert's gate, up and down of every sparse layer, and its router as (layer, -1, 3): mlx-lm's
-  // default LoRA keys include the router Linear (Transformer::experts_mlp applies them).
-  std::map<std::string, std::array<int64_t, 3>> expert_sites;
-  for (int64_t l = 0; l < config.num_layers; ++l)
-    if (config.layer_is_sparse(l)) {
-      expert_sites[model::hf_router_tensor_name(config, l)] = {l, -1, 3};
-      for (int64_t e = 0; e < config.num_experts; ++e)
-        for (int part = 0; part < 3; ++part)
-          expert_sites[model::hf_expert_tensor_name(config, l, e, static_cast<model::ExpertTensor>(part))] = {l, e, part};
-    }
   std::vector<std::string> problems;
   for (const auto& [tensor, updates] : plan.updates) {
+    const model::TensorRole* role = bindings.role(tensor);
     for (const adapter::PlannedUpdate& pu : updates) {
-      const auto* lr = std::get_if<adapter::LowRankUpdate>(pu.update);
-      LoraTerm t;
-      t.row0 = pu.dst_row;
-      if (lr) {
-        const Tensor b = row_slice(lr->b, pu.src_row, pu.rows);
-        t.a = lr->a;
-        t.b = b;
-        t.bt = transposed(b);
-        t.scale = lr->scale * pu.strength;
-      } else if (tensor == model::kEmbedName) {
-        problems.push_back("'" + tensor + "' gets a " + adapter::update_kind(*pu.update) +
-                           " update: on the embedding only LoRA runs unfused; apply this adapter fused with "
-                           "--adapter");
-        continue;
-      } else if (const auto* dr = std::get_if<adapter::DoraUpdate>(pu.update)) {
-        const Tensor b = row_slice(dr->lora.b, pu.src_row, pu.rows);
-        t.a = dr->lora.a;
-        t.b = b;
-        t.bt = transposed(b);
-        t.scale = dr->lora.scale * pu.strength;
-        t.dora = dora_rows(dr->magnitude, pu.src_row, pu.rows);
-      } else if (const auto* hd = std::get_if<adapter::HadamardUpdate>(pu.update)) {
-        t = hadamard_term(*hd, pu);
-      } else if (const auto* kr = std::get_if<adapter::KroneckerUpdate>(pu.update)) {
-        t.scale = kr->scale * pu.strength;
-        t.kron = kron_factors(*kr, pu.src_row, pu.rows);
-      } else {
-        problems.push_back("'" + tensor + "' gets a " + adapter::update_kind(*pu.update) +
+      const std::string kind = adapter::update_kind(*pu.update);
+      const bool low_rank = std::holds_alternative<adapter::LowRankUpdate>(*pu.update);
+      const bool unfusable = low_rank || std::holds_alternative<adapter::DoraUpdate>(*pu.update) ||
+                             std::holds_alternative<adapter::HadamardUpdate>(*pu.update) ||
+                             std::holds_alternative<adapter::KroneckerUpdate>(*pu.update);
+      if (role && role->role == model::Role::Embed && !low_rank) {
+        problems.push_back("'" + tensor + "' gets a " + kind +
+                           " update: on the embedding only LoRA runs unfused; apply this adapter fused with --adapter");
+      } else if (!unfusable) {
+        problems.push_back("'" + tensor + "' gets a " + kind +
                            " update, which has no unfused form; apply this adapter fused with --adapter");
-        continue;
-      }
-      if (!t.kron) t.down = model::Matrix::of(t.a);
-      if (tensor == model::kEmbedName) {
-        out->embed.push_back(t);
-        // A tied head is the embedding read as a linear layer: the same ΔE changes the logits.
-        if (config.tie_word_embeddings)
-          out->terms[static_cast<size_t>(config.num_layers)][static_cast<size_t>(Projection::LmHead)].push_back(t);
-        ++out->term_count;
-        continue;
-      }
-      auto it = sites.find(tensor);
-      auto ex = expert_sites.find(tensor);
-      if (it == sites.end() && ex == expert_sites.end()) {
+      } else if (!role || !takes_terms(role->role)) {
         problems.push_back("'" + tensor + "' is not a projection the runtime applies adapter terms to");
-        continue;
+      } else if (factor_dtype == DType::Q8_0 && role->role != model::Role::Embed && a_width(*pu.update) % 32 != 0) {
+        fail_as(ErrorKind::kBadRequest, "--lora-dtype q8_0: adapter '", path, "', the term on '", tensor,
+                "': A [r, in] has rows of ", a_width(*pu.update),
+                " values; Q8_0 needs a multiple of 32 (use --lora-dtype bf16 or auto)");
       }
-      if (factor_dtype && !t.kron) {
-        t.a = factor_in(t.a, *factor_dtype, "A [r, in]", tensor, path);
-        if (*factor_dtype == DType::Q8_0) {
-          const int64_t rows = t.b.shape[0], r = t.b.shape[1];
-          t.up_q8 = std::make_shared<const compute::UpQ8>(compute::quantize_up_q8(rows_to_f32(t.b, 0, rows).data(), rows, r));
-          t.bt = Tensor();
-          t.down = model::Matrix::of(t.a);
-          compute::prepare_weight(t.down, nullptr, compute::Activations::Q8);  // interleaved where the CPU runs it
-        } else {
-          t.bt = factor_in(t.bt, *factor_dtype, "B^T [r, out]", tensor, path);
-        }
-      }
-      if (ex != expert_sites.end())
-        out->expert_terms[ex->second].push_back(t);
-      else
-        out->terms[static_cast<size_t>(it->second.layer)][static_cast<size_t>(it->second.projection)].push_back(t);
-      ++out->term_count;
     }
   }
   if (!problems.empty()) {
@@ -286,16 +228,94 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
     for (const auto& p : problems) os << "\n  - " << p;
     throw Error(os.str());
   }
+}
+
+namespace {
+
+// The term of one planned update (its factors as stored, the adapter's own scale).
+LoraTerm make_term(const adapter::PlannedUpdate& pu) {
+  LoraTerm t;
+  t.row0 = pu.dst_row;
+  if (const auto* lr = std::get_if<adapter::LowRankUpdate>(pu.update)) {
+    t.a = lr->a;
+    t.b = row_slice(lr->b, pu.src_row, pu.rows);
+    t.bt = transposed(t.b);
+    t.scale = lr->scale * pu.strength;
+  } else if (const auto* dr = std::get_if<adapter::DoraUpdate>(pu.update)) {
+    t.a = dr->lora.a;
+    t.b = row_slice(dr->lora.b, pu.src_row, pu.rows);
+    t.bt = transposed(t.b);
+    t.scale = dr->lora.scale * pu.strength;
+    t.dora = dora_rows(dr->magnitude, pu.src_row, pu.rows);
+  } else if (const auto* hd = std::get_if<adapter::HadamardUpdate>(pu.update)) {
+    t = hadamard_term(*hd, pu);
+  } else if (const auto* kr = std::get_if<adapter::KroneckerUpdate>(pu.update)) {
+    t.scale = kr->scale * pu.strength;
+    t.kron = kron_factors(*kr, pu.src_row, pu.rows);
+  }
+  if (!t.kron) t.down = model::Matrix::of(t.a);
+  return t;
+}
+
+// The factors of a projection's term in the --lora-dtype asked for (check_lora_plan checked Q8_0's width).
+void convert_factors(LoraTerm& t, DType dt, const std::string& tensor, const std::string& path) {
+  if (t.kron) return;
+  t.a = factor_in(t.a, dt, "A [r, in]", tensor, path);
+  if (dt == DType::Q8_0) {
+    const int64_t rows = t.b.shape[0], r = t.b.shape[1];
+    t.up_q8 = std::make_shared<const compute::UpQ8>(compute::quantize_up_q8(rows_to_f32(t.b, 0, rows).data(), rows, r));
+    t.bt = Tensor();
+    t.down = model::Matrix::of(t.a);
+    compute::prepare_weight(t.down, nullptr, compute::Activations::Q8);  // interleaved where the CPU runs it
+  } else {
+    t.bt = factor_in(t.bt, dt, "B^T [r, out]", tensor, path);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapterPlan& plan,
+                                                     const model::ModelBindings& bindings,
+                                                     const model::ModelConfig& config, const std::string& path,
+                                                     LoraDType factor_dtype) {
+  check_lora_plan(plan, bindings, path, factor_dtype);
+  auto out = std::make_shared<LoraAdapter>();
+  out->path = path;
+  out->model_layers = config.num_layers;
+  for (const auto& [tensor, updates] : plan.updates) {
+    const model::TensorRole role = *bindings.role(tensor);
+    for (const adapter::PlannedUpdate& pu : updates) {
+      LoraTerm t = make_term(pu);
+      ++out->term_count;
+      if (role.role == model::Role::Embed) {
+        out->terms[role].push_back(t);  // the lookup's terms stay as stored
+        // A tied head is the embedding read as a linear layer: the same ΔE changes the logits.
+        if (config.tie_word_embeddings) out->terms[{model::Role::LmHead}].push_back(t);
+        continue;
+      }
+      if (factor_dtype) convert_factors(t, *factor_dtype, tensor, path);
+      out->terms[role].push_back(std::move(t));
+    }
+  }
   return out;
+}
+
+std::shared_ptr<adapter::WeightAdapterPlan> bind_lora_adapter(const model::ModelConfig& config,
+                                                              const io::TensorSource& model_source,
+                                                              const model::ModelBindings& bindings,
+                                                              std::shared_ptr<const adapter::WeightAdapter> adapter) {
+  return model::bind_model_adapters(config, model_source, bindings, {{std::move(adapter), 1.0f}},
+                                    model::AdapterPath::Unfused);
 }
 
 std::shared_ptr<const LoraAdapter> build_lora_adapter(const model::ModelConfig& config,
                                                       const io::TensorSource& model_source,
+                                                      const model::ModelBindings& bindings,
                                                       std::shared_ptr<const adapter::WeightAdapter> adapter,
                                                       LoraDType factor_dtype) {
   const std::string path = adapter->path;
-  auto plan = model::bind_model_adapters(config, model_source, {{std::move(adapter), 1.0f}}, model::AdapterPath::Unfused);
-  return make_lora_adapter(*plan, config, path, factor_dtype);
+  auto plan = bind_lora_adapter(config, model_source, bindings, std::move(adapter));
+  return make_lora_adapter(*plan, bindings, config, path, factor_dtype);
 }
 
 }  // namespace graft::runtime

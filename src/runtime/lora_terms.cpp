@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "graft/core/affine_quant.h"
+#include "graft/core/error.h"
 #include "graft/runtime/kernels.h"
 #include "graft/runtime/lora.h"
 
@@ -207,22 +208,13 @@ void lora_term_up(const LoraTerm& t, const float* low, float seq_scale, int64_t 
 }
 
 void prepare_lora_adapter(const LoraAdapter& a, const model::ModelWeights& weights, ThreadPool& pool) {
-  static const Projection kOrder[] = {Projection::Q,    Projection::K,  Projection::V,    Projection::O,
-                                      Projection::Gate, Projection::Up, Projection::Down, Projection::LmHead};
-  for (size_t l = 0; l < a.terms.size(); ++l)
-    for (Projection p : kOrder)
-      for (const LoraTerm& t : a.terms[l][static_cast<size_t>(p)]) {
-        if (!t.dora) continue;
-        const model::Matrix* w = nullptr;
-        if (p == Projection::LmHead) {
-          w = &weights.lm_head;
-        } else {
-          const model::LayerWeights& L = weights.layers[l];
-          const model::Matrix* by[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
-          w = by[static_cast<size_t>(p)];
-        }
-        std::call_once(t.dora->once, [&] { fill_dora_rows(t, *w, pool); });
-      }
+  for (const auto& [role, terms] : a.terms)
+    for (const LoraTerm& t : terms) {
+      if (!t.dora) continue;
+      const model::Matrix* w = weights.matrix(role);
+      if (!w) fail("DoRA term on ", model::describe(role), ", which this model has no matrix for");
+      std::call_once(t.dora->once, [&] { fill_dora_rows(t, *w, pool); });
+    }
 }
 
 }  // namespace graft::runtime

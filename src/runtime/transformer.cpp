@@ -34,8 +34,9 @@ void apply_rope(float* x, int64_t n_heads, int64_t head_dim, int64_t dims, int64
   }
 }
 
-constexpr Projection kQkv[] = {Projection::Q, Projection::K, Projection::V};
-constexpr Projection kGateUp[] = {Projection::Gate, Projection::Up};
+using model::Role;
+constexpr Role kQkv[] = {Role::Q, Role::K, Role::V};
+constexpr Role kGateUp[] = {Role::Gate, Role::Up};
 
 // Rows per parallel chunk of a row-wise pass over `width` floats a row: a few microseconds of work
 // at least, so a decode step of a few sequences runs these passes on the calling thread instead of
@@ -62,7 +63,7 @@ Transformer::RowGroups Transformer::group_rows(std::span<const SequenceInput> ba
   for (const auto& s : batch)
     for (const ScaledAdapter& a : s.adapters) {
       if (!std::isfinite(a.scale)) fail("forward: adapter scale ", a.scale, " is not finite");
-      if (!a.adapter || a.adapter->terms.size() != static_cast<size_t>(config_.num_layers + 1))
+      if (!a.adapter || a.adapter->model_layers != config_.num_layers)
         fail("forward: an unfused adapter was built for a different model");
       if (a.scale != 0.0f) index.emplace(std::make_pair(a.order, a.adapter.get()), 0);
     }
@@ -91,29 +92,23 @@ Transformer::RowGroups Transformer::group_rows(std::span<const SequenceInput> ba
 // the adapter adds no pass over y and no extra thread dispatch. Projections of one x (q/k/v,
 // gate/up) share the gathered rows, one dispatch for all their down passes and one matmul_many;
 // when the adapters' rows are all of x, the down passes are that matmul_many's first targets.
-void Transformer::project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
+void Transformer::project(ThreadPool& pool, int64_t layer, Role p, const float* x, int64_t m, float* y,
                           const RowGroups& groups) {
-  const Projection ps[] = {p};
+  const Role ps[] = {p};
   float* const ys[] = {y};
   project_many(pool, layer, ps, x, m, ys, groups);
 }
 
-void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const Projection> ps, const float* x,
+void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const Role> ps, const float* x,
                                int64_t m, std::span<float* const> ys, const RowGroups& groups) {
-  const model::LayerWeights* L = layer >= 0 ? &weights_.layers[layer] : nullptr;
   std::vector<AdaptedTarget> targets(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {
     AdaptedTarget& t = targets[i];
     t.y = ys[i];
-    switch (ps[i]) {
-      case Projection::Q: t.w = &L->q; t.bias = &L->q_bias; break;
-      case Projection::K: t.w = &L->k; t.bias = &L->k_bias; break;
-      case Projection::V: t.w = &L->v; t.bias = &L->v_bias; break;
-      case Projection::O: t.w = &L->o; break;
-      case Projection::Gate: t.w = &L->gate; break;
-      case Projection::Up: t.w = &L->up; break;
-      case Projection::Down: t.w = &L->down; break;
-      case Projection::LmHead: t.w = &weights_.lm_head; break;
+    t.w = weights_.matrix({ps[i], layer});
+    if (layer >= 0) {  // q/k/v biases (attention_bias; empty otherwise)
+      const model::LayerWeights& L = weights_.layers[static_cast<size_t>(layer)];
+      t.bias = ps[i] == Role::Q ? &L.q_bias : ps[i] == Role::K ? &L.k_bias : ps[i] == Role::V ? &L.v_bias : nullptr;
     }
   }
   const int64_t in = targets[0].w->cols;
@@ -128,14 +123,13 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
   };
   std::vector<Active> active;
   std::vector<size_t> first_of(ps.size() + 1);  // target i's terms: active[first_of[i], first_of[i + 1])
-  const int64_t site = layer < 0 ? config_.num_layers : layer;
   std::vector<std::vector<float>> gathered(groups.size());
   for (size_t i = 0; i < ps.size(); ++i) {
     first_of[i] = active.size();
     for (size_t a = 0; a < groups.size(); ++a) {
       const AdapterRows& ar = groups[a];
-      const auto& terms = groups.adapter(a).at(site, ps[i]);
-      if (terms.empty() || ar.rows.empty()) continue;
+      const std::vector<LoraTerm>* terms = groups.adapter(a).at({ps[i], layer});
+      if (!terms || ar.rows.empty()) continue;
       const int64_t n = static_cast<int64_t>(ar.rows.size());
       const float* xs = x;
       if (!(ar.rows.front() == 0 && ar.rows.back() == n - 1)) {  // not all rows, in order: gather (once)
@@ -145,7 +139,7 @@ void Transformer::project_many(ThreadPool& pool, int64_t layer, std::span<const 
         }
         xs = gathered[a].data();
       }
-      for (const LoraTerm& t : terms)
+      for (const LoraTerm& t : *terms)
         active.push_back({&t, &ar, std::vector<float>(static_cast<size_t>(n * t.low_width())), xs, targets[i].w});
     }
   }
@@ -207,7 +201,9 @@ void Transformer::embed_rows(std::span<const SequenceInput> batch, float* x, con
   for (const auto& s : batch) ids.insert(ids.end(), s.tokens.begin(), s.tokens.end());
   std::vector<float> brow, arow;
   for (size_t a = 0; a < groups.size(); ++a) {
-    for (const LoraTerm& t : groups.adapter(a).embed) {
+    const std::vector<LoraTerm>* terms = groups.adapter(a).at({Role::Embed});
+    if (!terms) continue;
+    for (const LoraTerm& t : *terms) {
       const int64_t rank = t.a.shape[0];
       brow.resize(static_cast<size_t>(rank));
       arow.resize(static_cast<size_t>(H));
@@ -336,7 +332,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
       }
     }, rows_per_chunk(QD + 2 * KVD));
     attention(pool, l, batch, q.data(), att.data());
-    project(pool, l, Projection::O, att.data(), T, tmp.data(), groups);
+    project(pool, l, Role::O, att.data(), T, tmp.data(), groups);
     add_residual(tmp.data(), L.attn_post_norm);
 
     norm_rows(x.data(), L.mlp_norm, xn.data());
@@ -347,7 +343,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
       pool.parallel_for(T, [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) glu(&gate[r * F], &up[r * F], F, &gate[r * F]);
       }, rows_per_chunk(F));
-      project(pool, l, Projection::Down, gate.data(), T, tmp.data(), groups);
+      project(pool, l, Role::Down, gate.data(), T, tmp.data(), groups);
     }
     add_residual(tmp.data(), L.mlp_post_norm);
   }
@@ -373,7 +369,7 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
   std::vector<float> logits(R * c.vocab_size);
   std::vector<int64_t> seq_of_out;
   for (int64_t r : out_rows) seq_of_out.push_back(seq_of_row[static_cast<size_t>(r)]);
-  if (R > 0) project(pool, -1, Projection::LmHead, hn.data(), R, logits.data(), group_rows(batch, seq_of_out));
+  if (R > 0) project(pool, -1, Role::LmHead, hn.data(), R, logits.data(), group_rows(batch, seq_of_out));
   // Hidden states (embeddings): the final norm of every row of those sequences, no head.
   {
     int64_t r = 0;

@@ -15,7 +15,7 @@ namespace {
 // Projections of experts that share one input x [n, in] (the rows of xn they stand for).
 struct ExpertProjection {
   int64_t expert;
-  int part;  // 0 gate, 1 up, 2 down
+  model::Role role;  // Gate, Up or Down
   const model::Matrix* w;
   float* y;  // [n, w->rows]
 };
@@ -43,7 +43,7 @@ bool run_inline(ThreadPool& pool, const Groups& groups, const std::vector<std::v
     for (int64_t r : rows) used += scale_of[a][static_cast<size_t>(r)] != 0.0f;
     if (used == 0) continue;
     for (size_t i = 0; i < ps.size(); ++i)
-      if (const std::vector<LoraTerm>* terms = groups.adapter(a).expert_at(layer, ps[i].expert, ps[i].part))
+      if (const std::vector<LoraTerm>* terms = groups.adapter(a).at({ps[i].role, layer, ps[i].expert}))
         for (const LoraTerm& t : *terms) {
           if (t.kron || used != n) return false;
           on[i].push_back({&t, a, std::vector<float>(static_cast<size_t>(n * t.low_width()), 0.0f)});
@@ -97,15 +97,16 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
   const model::LayerWeights& L = weights_.layers[layer];
   const int64_t E = c.num_experts, K = c.num_experts_per_tok, H = c.hidden_size, F = c.moe_intermediate_size;
   const std::vector<std::vector<float>>& scale_of = sparse_rows.scale_of;
-  // The terms of every adapter on (expert, part) over the expert's n rows: x [n, in] -> y [n, out]
-  // += s·(x·Aᵀ)·Bᵀ on the rows whose sequence uses the adapter (gathered, as project_many does).
-  auto add_terms = [&](int64_t e, int part, const std::vector<int64_t>& rows, const float* x, int64_t in,
+  // The terms of every adapter on a tensor of this layer (an expert's projection, the router) over
+  // its n rows: x [n, in] -> y [n, out] += s·(x·Aᵀ)·Bᵀ on the rows whose sequence uses the adapter
+  // (gathered, as project_many does).
+  auto add_terms = [&](const model::TensorRole& role, const std::vector<int64_t>& rows, const float* x, int64_t in,
                        const model::Matrix& w, float* out_rows) {
     const int64_t out = w.rows;
     std::vector<float> sub, low;
     for (size_t a = 0; a < groups.size(); ++a) {
       if (scale_of[a].empty()) continue;
-      const std::vector<LoraTerm>* terms = groups.adapter(a).expert_at(layer, e, part);
+      const std::vector<LoraTerm>* terms = groups.adapter(a).at(role);
       if (!terms) continue;
       std::vector<int64_t> at;  // indices into `rows`
       std::vector<float> scales;
@@ -125,7 +126,7 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
   };
   std::vector<float> probs(static_cast<size_t>(m * E));
   matmul(pool, xn, m, L.router, probs.data());
-  add_terms(-1, 3, sparse_rows.all, xn, H, L.router, probs.data());  // adapters on the router (mlx-lm's default keys)
+  add_terms({model::Role::Router, layer}, sparse_rows.all, xn, H, L.router, probs.data());  // adapters on the router (mlx-lm's default keys)
   std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E));
   std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
   std::vector<int64_t> order(static_cast<size_t>(E));
@@ -157,14 +158,14 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
     std::vector<ExpertProjection> ps;
     for (size_t i = 0; i < experts.size(); ++i) {
       const model::ExpertWeights& X = L.experts[static_cast<size_t>(experts[i])];
-      ps.push_back({experts[i], 0, &X.gate, gate.data() + i * n * F});
-      ps.push_back({experts[i], 1, &X.up, up.data() + i * n * F});
+      ps.push_back({experts[i], model::Role::Gate, &X.gate, gate.data() + i * n * F});
+      ps.push_back({experts[i], model::Role::Up, &X.up, up.data() + i * n * F});
     }
     if (run_inline(pool, groups, scale_of, layer, in, n, rows, ps)) return;
     std::vector<compute::MatmulTarget> mm;
     for (const ExpertProjection& p : ps) mm.push_back({p.w, p.y});
     compute::matmul_many(pool, in, n, mm);
-    for (const ExpertProjection& p : ps) add_terms(p.expert, p.part, rows, in, H, *p.w, p.y);
+    for (const ExpertProjection& p : ps) add_terms({p.role, layer, p.expert}, rows, in, H, *p.w, p.y);
   };
   if (together) {
     gate.resize(static_cast<size_t>(chosen.size() * F));
@@ -194,10 +195,10 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
       for (int64_t i = 0; i < n; ++i) glu_fn(&g[i * F], &up[i * F], F, &g[i * F]);
     }
     down.resize(static_cast<size_t>(n * H));
-    const ExpertProjection d[] = {{e, 2, &X.down, down.data()}};
+    const ExpertProjection d[] = {{e, model::Role::Down, &X.down, down.data()}};
     if (!run_inline(pool, groups, scale_of, layer, g, n, rows, d)) {
       matmul(pool, g, n, X.down, down.data());
-      add_terms(e, 2, rows, g, F, X.down, down.data());
+      add_terms({model::Role::Down, layer, e}, rows, g, F, X.down, down.data());
     }
     const auto& w = weight_of[static_cast<size_t>(e)];
     for (int64_t i = 0; i < n; ++i) {

@@ -142,6 +142,29 @@ TEST(Engine, RefusesBadAdapterCombinationsBeforeLoading) {
   EXPECT_THROW(Engine::check(wrong), Error);
 }
 
+// Engine::check refuses what the terms' build would refuse, from the bind plan alone (the engine
+// builds each startup adapter once, in its constructor), and accepts the same adapter fused.
+TEST(Engine, CheckRefusesWhatHasNoUnfusedFormBeforeBuilding) {
+  EngineOptions o = options();
+  const model::ModelConfig c = model::open_model_source(o.model).config;
+  auto diff = std::make_shared<adapter::WeightAdapter>();
+  diff->path = "in-memory diff";
+  adapter::AdapterTarget t;
+  t.module = "model.layers.0.self_attn.q_proj";
+  const int64_t q = c.q_dim(), h = c.hidden_size;
+  t.update = adapter::DiffUpdate{Tensor::owned(DType::F32, {q, h}, std::vector<uint8_t>(q * h * 4, 0)), 1.0f};
+  diff->targets.push_back(t);
+  o.adapters = {{diff, 1.0f}};
+  try {
+    Engine::check(o);
+    ADD_FAILURE() << "a diff was accepted unfused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("diff update, which has no unfused form"), std::string::npos) << e.what();
+  }
+  o.fuse = true;
+  EXPECT_NO_THROW(Engine::check(o));
+}
+
 TEST(StopMatcher, HoldsBackPrefixesAndCutsAtTheEarliestStop) {
   StopMatcher m({"</s>", "END"});
   const std::string* hit = nullptr;

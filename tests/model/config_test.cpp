@@ -125,8 +125,8 @@ TEST(Config, Gemma2RowAndFields) {
   // No layer_types (transformers 4.x): layer 0 local, layer 1 global.
   EXPECT_TRUE(c.layer_slides(0));
   EXPECT_FALSE(c.layer_slides(1));
-  EXPECT_EQ(hf_layer_tensor_name(c, 0, LayerTensor::MlpNorm), "model.layers.0.pre_feedforward_layernorm.weight");
-  EXPECT_EQ(hf_layer_tensor_name(c, 0, LayerTensor::AttnPostNorm), "model.layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(hf_layer_tensor_name(c, 0, Role::MlpNorm), "model.layers.0.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(hf_layer_tensor_name(c, 0, Role::AttnPostNorm), "model.layers.0.post_attention_layernorm.weight");
 }
 
 TEST(Config, Gemma3LegacyRopeKeys) {

@@ -96,14 +96,16 @@ TEST_P(HeadRules, EmbedPairAppliesOnBothPathsAndLmHeadFollowsTheTie) {
   if (c.tie_word_embeddings) {
     // The head term matters: without it the unfused path would miss the fused (shared-weight)
     // result by far more than rounding.
-    EXPECT_EQ(set->adapters[0]->at(c.num_layers, Projection::LmHead).size(), 1u);
+    const model::TensorRole head_role{model::Role::LmHead};
+    ASSERT_TRUE(set->adapters[0]->at(head_role));
+    EXPECT_EQ(set->adapters[0]->at(head_role)->size(), 1u);
     auto lookup_only = std::make_shared<LoraAdapter>(*set->adapters[0]);
-    lookup_only->terms[static_cast<size_t>(c.num_layers)][static_cast<size_t>(Projection::LmHead)].clear();
+    lookup_only->terms.erase(head_role);
     auto partial = std::make_shared<LoraSet>();
     partial->adapters.push_back(lookup_only);
     EXPECT_GT(max_diff(run(base, partial, {1.0f}), fused), 1e-3f);
   } else {
-    EXPECT_TRUE(set->adapters[0]->at(c.num_layers, Projection::LmHead).empty());
+    EXPECT_FALSE(set->adapters[0]->at({model::Role::LmHead}));
   }
 
   if (c.tie_word_embeddings) {

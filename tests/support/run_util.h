@@ -75,7 +75,9 @@ inline std::shared_ptr<const LoraSet> make_lora_set(const model::ModelConfig& co
                                                     const std::vector<adapter::AdapterUse>& uses,
                                                     runtime::LoraDType factor_dtype = std::nullopt) {
   auto set = std::make_shared<LoraSet>();
-  for (const auto& u : uses) set->adapters.push_back(runtime::build_lora_adapter(config, source, u.adapter, factor_dtype));
+  const auto bindings = model::model_bindings(config, source);
+  for (const auto& u : uses)
+    set->adapters.push_back(runtime::build_lora_adapter(config, source, *bindings, u.adapter, factor_dtype));
   return set;
 }
 

@@ -3,6 +3,7 @@
 // many (gemma.cpp's GenerateBatch shape: the application owns the sequences, the engine the model).
 #pragma once
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,6 +69,9 @@ class Engine {
   ThreadPool pool_;
   model::LoadedModel model_;
   runtime::LoraDType lora_dtype_;
+  // The model's adapter bindings, made once, when the first adapter is built.
+  mutable std::once_flag bindings_once_;
+  mutable std::shared_ptr<const model::ModelBindings> bindings_;
   std::unique_ptr<AdapterRegistry> registry_;
   std::unique_ptr<runtime::Transformer> transformer_;
 };

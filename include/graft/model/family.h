@@ -3,6 +3,7 @@
 // on the family name.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graft/model/config.h"
@@ -87,14 +88,38 @@ const FamilyTraits& family(const std::string& model_type);
 // apart (llama.cpp writes Mixtral as `llama` with llama.expert_count): `experts` picks the MoE row.
 const FamilyTraits& family_for_gguf_arch(const std::string& arch, bool experts = false);
 
-// The role of one weight in a decoder layer, with its Hugging Face name suffix.
-enum class LayerTensor {
+// What a weight is to the forward pass: one name for every tensor a decoder reads, from the file's
+// tensor table to the runtime's adapter terms. A layer's tensors; a sparse layer's router and its
+// experts' Gate/Up/Down; the model-level embedding, final norm and head.
+enum class Role {
   AttnNorm, Q, K, V, O, QBias, KBias, VBias, QNorm, KNorm, MlpNorm, Gate, Up, Down,
   AttnPostNorm, MlpPostNorm,  // sandwich_norms only
+  Router,                     // a sparse layer's expert router
+  Embed, FinalNorm, LmHead,   // model-level (layer -1)
 };
+const char* role_name(Role r);
+
+// One tensor's place in the model: its role, its layer (-1 for the model-level ones) and, for an
+// expert's Gate/Up/Down, the expert (else -1).
+struct TensorRole {
+  Role role = Role::Embed;
+  int64_t layer = -1;
+  int64_t expert = -1;
+  auto operator<=>(const TensorRole&) const = default;
+};
+// "layer 3 q", "lm_head", "layer 1 expert 5 gate", for messages.
+std::string describe(const TensorRole& r);
+
+// Every tensor the config calls for, by its Hugging Face name (the names adapters bind to), in
+// load order: embedding, final norm, head (untied checkpoints only: a tied head is the embedding's
+// tensor), then each layer's. The one table the loader checks a checkpoint against and adapter
+// bindings take their roles from.
+std::vector<std::pair<std::string, TensorRole>> tensor_roles(const ModelConfig& c);
+// The shape the config gives a tensor of this role.
+std::vector<int64_t> tensor_shape(const ModelConfig& c, const TensorRole& r);
 
 struct LayerTensorSpec {
-  LayerTensor role;
+  Role role;
   const char* hf_suffix;   // after "model.layers.{i}."
   const char* gguf_suffix; // after "blk.{i}."
 };
@@ -105,7 +130,7 @@ struct LayerTensorSpec {
 struct FusedProjectionSpec {
   const char* hf_suffix;    // after "model.layers.{i}."
   const char* gguf_suffix;  // after "blk.{i}." (llama.cpp's phi3: attn_qkv, ffn_up holding gate and up)
-  std::vector<LayerTensor> parts;
+  std::vector<Role> parts;
 };
 const std::vector<FusedProjectionSpec>& fused_projection_specs();
 std::string hf_fused_tensor_name(int64_t layer, const FusedProjectionSpec& spec);
@@ -115,19 +140,18 @@ std::string hf_fused_tensor_name(int64_t layer, const FusedProjectionSpec& spec)
 // the parts, gguf_suffix "") through the overloads taking a config.
 const std::vector<LayerTensorSpec>& layer_tensor_specs();
 const std::vector<LayerTensorSpec>& layer_tensor_specs(const ModelConfig& c);
-std::string hf_layer_tensor_name(int64_t layer, LayerTensor role);
-std::string hf_layer_tensor_name(const ModelConfig& c, int64_t layer, LayerTensor role);
+std::string hf_layer_tensor_name(int64_t layer, Role role);
+std::string hf_layer_tensor_name(const ModelConfig& c, int64_t layer, Role role);
 
 // Expected shape of a layer tensor under a config; empty optional if the config has no such tensor.
-bool layer_tensor_present(const ModelConfig& c, LayerTensor role);
-std::vector<int64_t> layer_tensor_shape(const ModelConfig& c, LayerTensor role);
+bool layer_tensor_present(const ModelConfig& c, Role role);
+std::vector<int64_t> layer_tensor_shape(const ModelConfig& c, Role role);
 
-// The three matrices of one expert's SwiGLU, and the router.
-enum class ExpertTensor { Gate, Up, Down };
+// The three matrices of one expert's SwiGLU (role Gate, Up or Down), and the router.
 // "model.layers.{layer}.<block>.experts.{expert}.<name>.weight" / "model.layers.{layer}.<block>.gate.weight".
-std::string hf_expert_tensor_name(const ModelConfig& c, int64_t layer, int64_t expert, ExpertTensor role);
+std::string hf_expert_tensor_name(const ModelConfig& c, int64_t layer, int64_t expert, Role role);
 std::string hf_router_tensor_name(const ModelConfig& c, int64_t layer);
-std::vector<int64_t> expert_tensor_shape(const ModelConfig& c, ExpertTensor role);
+std::vector<int64_t> expert_tensor_shape(const ModelConfig& c, Role role);
 
 inline constexpr const char* kEmbedName = "model.embed_tokens.weight";
 inline constexpr const char* kFinalNormName = "model.norm.weight";

@@ -7,7 +7,9 @@
 // checkpoint is refused on every path: it would have to change the embedding too. Untied
 // checkpoints take both (each on its own tensor).
 #pragma once
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "graft/adapter/bind.h"
@@ -18,6 +20,20 @@
 namespace graft::model {
 
 enum class AdapterPath { Fused, Unfused };
+
+// A model's adapter bindings, made once per model: every name an adapter may give a tensor
+// (bindings_for_model) and the role of each tensor the model reads (tensor_roles), so what binds an
+// adapter never rebuilds them and what applies it never parses a tensor name back.
+struct ModelBindings {
+  adapter::WeightAdapterBindings aliases;
+  std::map<std::string, TensorRole> roles;
+  // The role of a model tensor; null for a name the model does not read.
+  const TensorRole* role(const std::string& tensor) const {
+    auto it = roles.find(tensor);
+    return it == roles.end() ? nullptr : &it->second;
+  }
+};
+std::shared_ptr<const ModelBindings> model_bindings(const ModelConfig& config, const io::TensorSource& source);
 
 // The model's bindings (model_adapter_bindings) plus, on a tied checkpoint without a stored
 // lm_head, an `lm_head` binding of the embedding's shape so an lm_head pair resolves and is
@@ -35,6 +51,14 @@ void check_tied_head_rules(const ModelConfig& config, const FamilyTraits& family
 // the tensors), unless allow_requantize.
 std::shared_ptr<adapter::WeightAdapterPlan> bind_model_adapters(const ModelConfig& config,
                                                                 const io::TensorSource& source,
+                                                                const std::vector<adapter::AdapterUse>& adapters,
+                                                                AdapterPath path,
+                                                                const std::vector<std::string>& quantized_weights = {},
+                                                                bool allow_requantize = false);
+// The same against bindings already made for this model (model_bindings).
+std::shared_ptr<adapter::WeightAdapterPlan> bind_model_adapters(const ModelConfig& config,
+                                                                const io::TensorSource& source,
+                                                                const ModelBindings& bindings,
                                                                 const std::vector<adapter::AdapterUse>& adapters,
                                                                 AdapterPath path,
                                                                 const std::vector<std::string>& quantized_weights = {},

@@ -14,6 +14,7 @@
 #include "graft/core/tensor.h"
 #include "graft/io/tensor_source.h"
 #include "graft/model/config.h"
+#include "graft/model/family.h"
 
 namespace graft::model {
 
@@ -50,6 +51,10 @@ struct ModelWeights {
   Tensor final_norm;  // F32 [hidden]
   Matrix lm_head;     // [vocab, hidden]; the same view as embed when tied
   std::vector<LayerWeights> layers;
+
+  // The matrix a role names (a layer's projection, a router, an expert's projection, the embedding
+  // or the head); null where this model has none (a norm, a bias, a missing layer or expert).
+  const Matrix* matrix(const TensorRole& r) const;
 };
 
 // progress(done, total) is called after each tensor is read.

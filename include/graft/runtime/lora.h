@@ -29,15 +29,13 @@
 #include "graft/adapter/bind.h"
 #include "graft/core/tensor.h"
 #include "graft/model/config.h"
+#include "graft/model/family.h"
+#include "graft/model/model_adapters.h"
 #include "graft/model/weights.h"
 #include "graft/runtime/kernels.h"
 #include "graft/core/thread_pool.h"
 
 namespace graft::runtime {
-
-// Which projection a linear layer is; the unit adapter terms attach to.
-enum class Projection { Q, K, V, O, Gate, Up, Down, LmHead };
-inline constexpr int kProjections = 8;
 
 // DoRA state of one term: the magnitude of its rows and the three per-row vectors of n(σ)², filled
 // once (the first time the term runs, or by prepare_lora_adapter) from the projection's weight; and the
@@ -86,20 +84,18 @@ struct LoraTerm {
 
 struct LoraAdapter {
   std::string path;
-  // terms[layer][projection]; the head's terms sit at layers.back() + 1 (index num_layers).
-  std::vector<std::array<std::vector<LoraTerm>, kProjections>> terms;
-  std::vector<LoraTerm> embed;  // on the input lookup ([vocab, hidden] ΔE as B [vocab, r], A [r, hidden])
-  // Terms on the experts of mixture-of-experts layers, by (layer, expert, part: 0 gate, 1 up, 2 down),
-  // and on a sparse layer's router as (layer, -1, 3).
-  std::map<std::array<int64_t, 3>, std::vector<LoraTerm>> expert_terms;
+  int64_t model_layers = 0;  // num_layers of the model it was built for
+  // Terms by the tensor they sit on (model/family.h's roles): a layer's projections, the head
+  // ({LmHead}), a sparse layer's router ({Router, layer}) and its experts' projections ({Gate, layer,
+  // expert}, ...), and the embedding lookup ({Embed}: ΔE as B [vocab, r], A [r, hidden]; on a tied
+  // checkpoint the same terms also sit on {LmHead}).
+  std::map<model::TensorRole, std::vector<LoraTerm>> terms;
   int64_t term_count = 0;
 
-  const std::vector<LoraTerm>& at(int64_t layer, Projection p) const {
-    return terms[static_cast<size_t>(layer)][static_cast<size_t>(p)];
-  }
-  const std::vector<LoraTerm>* expert_at(int64_t layer, int64_t expert, int part) const {
-    auto it = expert_terms.find({layer, expert, part});
-    return it == expert_terms.end() ? nullptr : &it->second;
+  // The terms on a tensor; null where there are none.
+  const std::vector<LoraTerm>* at(const model::TensorRole& r) const {
+    auto it = terms.find(r);
+    return it == terms.end() ? nullptr : &it->second;
   }
   // The bytes of all its factors (projections, embedding, experts).
   int64_t factor_bytes() const;
@@ -133,19 +129,27 @@ using LoraDType = std::optional<DType>;
 LoraDType parse_lora_dtype(std::string_view name, std::string_view option = "--lora-dtype");
 std::string lora_dtype_name(LoraDType t);
 
-// Builds the unfused terms of one adapter from its bind plan (bound with strength 1 against the
-// model's bindings). Refuses, naming the module, what has no exact unfused form: diff and
-// replacement updates and biases (those fuse with --adapter), LoKr, LoHa and DoRA on the embedding,
-// and targets outside the projections; with factor_dtype Q8_0, an A whose input width is not a
-// multiple of 32.
+// Binds `adapter` on its own (strength 1: the user scale is per sequence) against the model's
+// bindings under the unfused rules. Nothing is built.
+std::shared_ptr<adapter::WeightAdapterPlan> bind_lora_adapter(const model::ModelConfig& config,
+                                                              const io::TensorSource& model_source,
+                                                              const model::ModelBindings& bindings,
+                                                              std::shared_ptr<const adapter::WeightAdapter> adapter);
+// Refuses (kBadRequest or a plain Error naming every module) what the plan cannot run unfused:
+// diff and replacement updates and biases (those fuse with --adapter), LoKr, LoHa and DoRA on the
+// embedding, targets outside the projections, router and experts; with factor_dtype Q8_0, an A
+// whose input width is not a multiple of 32. Reads no factor: what `Engine::check` runs.
+void check_lora_plan(const adapter::WeightAdapterPlan& plan, const model::ModelBindings& bindings,
+                     const std::string& path, LoraDType factor_dtype = std::nullopt);
+// check_lora_plan, then builds the terms of one adapter from its plan.
 std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapterPlan& plan,
+                                                     const model::ModelBindings& bindings,
                                                      const model::ModelConfig& config, const std::string& path,
                                                      LoraDType factor_dtype = std::nullopt);
-
-// Binds `adapter` on its own (strength 1: the user scale is per sequence) against the model's
-// bindings under the unfused rules and builds its terms.
+// bind_lora_adapter, then make_lora_adapter.
 std::shared_ptr<const LoraAdapter> build_lora_adapter(const model::ModelConfig& config,
                                                       const io::TensorSource& model_source,
+                                                      const model::ModelBindings& bindings,
                                                       std::shared_ptr<const adapter::WeightAdapter> adapter,
                                                       LoraDType factor_dtype = std::nullopt);
 

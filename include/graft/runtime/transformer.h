@@ -63,9 +63,10 @@ class Transformer {
   RowGroups group_rows(std::span<const SequenceInput> batch, const std::vector<int64_t>& seq_of_row) const;
   // Every projection goes through here: y[m, out] = x[m, in] · Wᵀ (+ bias) + the adapter terms.
   // Projections of the same x (q/k/v, gate/up) go together: one dispatch for all of them.
-  void project(ThreadPool& pool, int64_t layer, Projection p, const float* x, int64_t m, float* y,
+  // `layer` -1 with Role::LmHead: the head.
+  void project(ThreadPool& pool, int64_t layer, model::Role p, const float* x, int64_t m, float* y,
                const RowGroups& groups);
-  void project_many(ThreadPool& pool, int64_t layer, std::span<const Projection> ps, const float* x, int64_t m,
+  void project_many(ThreadPool& pool, int64_t layer, std::span<const model::Role> ps, const float* x, int64_t m,
                     std::span<float* const> ys, const RowGroups& groups);
   // What every sparse layer of a pass reads of the rows, built once per pass: each adapter's
   // sequence scale by row of the token matrix (0: the row does not use it; empty: no row does),
