@@ -31,6 +31,7 @@
 #include "graft/core/tensor.h"
 #include "graft/core/thread_pool.h"
 #include "compute/matmul_q8.h"
+#include "graft/compute/weight.h"
 
 namespace graft::compute {
 
@@ -112,13 +113,7 @@ struct InterleavedBlocks {
   int64_t nbytes() const { return groups() * group_bytes; }
 };
 
-// Whether matmul runs interleaved copies of `t` weights on this CPU (the q8 kernel chosen is AVX2,
-// AVX-VNNI or AVX512-VNNI, and GRAFT_Q8_INTERLEAVE is not 0).
-bool interleave_enabled(DType t);
-bool interleavable(DType t);  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K
-// Whether matmul runs interleaved copies of mlx affine matrices (4 or 8 bits) on this CPU: the same
-// conditions. GRAFT_Q8_INTERLEAVE=0 keeps them on matmul_affine's F32 kernel (the reference path).
-bool interleave_enabled_affine();
+// (interleave_enabled, interleavable, interleave_enabled_affine: graft/compute/weight.h.)
 
 // The copy (rows split over the pool). w: [n, k] of an interleavable type; Q4_K goes to interleave_q4_k.
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool = nullptr);

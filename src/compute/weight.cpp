@@ -28,36 +28,69 @@ constexpr int64_t kGroupCols = 16;
 constexpr int kChunksPerThread = 4;
 }  // namespace
 
+WeightKind Weight::kind() const {
+  if (interleaved) return quantized() ? WeightKind::InterleavedAffine : WeightKind::InterleavedBlocks;
+  if (quantized()) return WeightKind::Affine;
+  if (bf16_activations) return WeightKind::Bf16Dot;
+  if (dtype_is_quantized(dense.dtype)) return f32_activations ? WeightKind::BlocksF32 : WeightKind::Blocks;
+  return WeightKind::Dense;
+}
+
+bool rounds_activations(WeightKind k) {
+  return k == WeightKind::Bf16Dot || k == WeightKind::Blocks || k == WeightKind::InterleavedBlocks ||
+         k == WeightKind::InterleavedAffine;
+}
+
+std::string describe_kernels(std::span<const WeightKind> kinds) {
+  auto has = [&](WeightKind k) { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); };
+  std::string s;
+  if (has(WeightKind::Dense)) s += std::string(" dense ") + matmul_isa();
+  if (has(WeightKind::Bf16Dot)) s += " bf16-dot bf16-activations avx512bf16 (vdpbf16ps)";
+  if (has(WeightKind::Blocks) || has(WeightKind::InterleavedBlocks))
+    s += std::string(" gguf-blocks q8-activations ") + matmul_q8_kernel();
+  if (has(WeightKind::BlocksF32)) s += std::string(" gguf-blocks f32-activations (dequantized per tile) ") + matmul_isa();
+  if (has(WeightKind::InterleavedBlocks)) s += " (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K rows interleaved x16)";
+  if (has(WeightKind::InterleavedAffine))
+    s += std::string(" mlx-affine q8-activations ") + matmul_q8_kernel() + " (affine 4/8-bit rows interleaved x16)";
+  if (has(WeightKind::Affine)) s += " mlx-affine f32-activations avx2";
+  return s;
+}
+
+namespace {
+
+// An interleaved weight (GGUF blocks or mlx affine codes) on the integer kernel for this CPU.
+void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const InterleavedBlocks& b, float* y,
+                        bool accumulate, const ColumnEpilogue* epilogue) {
+  if (m == 0 || b.n == 0) return;
+  if (!x || !y) fail("matmul: null x or output pointer");
+  detail::Q8Activations act;
+  detail::quantize_activations(x, m, b.k, act, &pool);
+  const detail::Q8Kernel q8 = detail::best_q8_kernel();
+  detail::prepare_interleaved(act, q8, pool);
+  const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
+  pool.parallel_for(
+      b.groups(),
+      [&](int64_t g0, int64_t g1) {
+        const int64_t j0 = g0 * kGroupCols, j1 = std::min(b.n, g1 * kGroupCols);
+        detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, q8);
+        if (epilogue) (*epilogue)(j0, j1);
+      },
+      grain, kChunksPerThread);
+}
+
+}  // namespace
+
 void matmul(ThreadPool& pool, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
             const ColumnEpilogue* epilogue) {
-  if (w.interleaved) {
-    const InterleavedBlocks& b = *w.interleaved;
-    if (m == 0 || b.n == 0) return;
-    if (!x || !y) fail("matmul: null x or output pointer");
-    detail::Q8Activations act;
-    detail::quantize_activations(x, m, b.k, act, &pool);
-    const detail::Q8Kernel q8 = detail::best_q8_kernel();
-    detail::prepare_interleaved(act, q8, pool);
-    const int64_t groups = b.groups();
-    const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
-    pool.parallel_for(
-        groups,
-        [&](int64_t g0, int64_t g1) {
-          const int64_t j0 = g0 * kGroupCols, j1 = std::min(b.n, g1 * kGroupCols);
-          detail::interleaved_cols(b, act, y, b.n, accumulate, j0, j1, q8);
-          if (epilogue) (*epilogue)(j0, j1);
-        },
-        grain, kChunksPerThread);
-    return;
+  switch (w.kind()) {
+    case WeightKind::InterleavedBlocks:
+    case WeightKind::InterleavedAffine: return matmul_interleaved(pool, x, m, *w.interleaved, y, accumulate, epilogue);
+    case WeightKind::Affine: return matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
+    case WeightKind::Bf16Dot: return matmul_bf16_dot(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+    case WeightKind::BlocksF32: return matmul_f32_activations(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
+    case WeightKind::Blocks:
+    case WeightKind::Dense: return matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
   }
-  if (w.quantized())
-    matmul_affine(pool, x, m, w.cols, w.quant, y, accumulate, epilogue);
-  else if (w.bf16_activations)
-    matmul_bf16_dot(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
-  else if (w.f32_activations)
-    matmul_f32_activations(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
-  else
-    matmul(pool, x, m, w.cols, w.dense, y, accumulate, epilogue);
 }
 
 void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> main_targets,
@@ -74,23 +107,27 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   std::vector<DType> block_types;  // of the GGUF block weights read as stored
   bool any_blocks = false, any_interleaved = false, any_bf16 = false;
   std::vector<AffinePrepared> affine(targets.size());
+  std::vector<WeightKind> kinds(targets.size());
   std::vector<int64_t> start(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) {
     const Weight& w = *targets[i].w;
     if (w.cols != k) fail_as(ErrorKind::kInternal, "matmul_many: targets of ", k, " and ", w.cols, " columns");
     if (i < n_first && targets[i].epilogue) fail_as(ErrorKind::kInternal, "matmul_many: a first target with an epilogue");
-    if (w.interleaved) {  // (GGUF blocks or mlx affine: the same int8 activations)
-      any_blocks = any_interleaved = true;
-    } else if (w.quantized()) {
-      affine[i] = prepare_affine(x, m, k, w.quant);
-    } else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations) {
-      any_blocks = true;
-      block_types.push_back(w.dense.dtype);
-    } else {
-      detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y);
-      if (w.bf16_activations && w.dense.dtype != DType::BF16)
-        fail_as(ErrorKind::kInternal, "matmul_many: bf16 activations on a ", dtype_name(w.dense.dtype), " matrix");
-      any_bf16 = any_bf16 || w.bf16_activations;
+    switch (kinds[i] = w.kind()) {
+      case WeightKind::InterleavedBlocks:
+      case WeightKind::InterleavedAffine: any_blocks = any_interleaved = true; break;  // the same int8 activations
+      case WeightKind::Affine: affine[i] = prepare_affine(x, m, k, w.quant); break;
+      case WeightKind::Blocks:
+        any_blocks = true;
+        block_types.push_back(w.dense.dtype);
+        break;
+      case WeightKind::Bf16Dot:
+        if (w.dense.dtype != DType::BF16)
+          fail_as(ErrorKind::kInternal, "matmul_many: bf16 activations on a ", dtype_name(w.dense.dtype), " matrix");
+        any_bf16 = true;
+        [[fallthrough]];
+      case WeightKind::Dense:
+      case WeightKind::BlocksF32: detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y); break;
     }
     start[i + 1] = start[i] + w.rows;
     if (i + 1 == n_first) start[i + 1] = (start[i + 1] + kGroupCols - 1) / kGroupCols * kGroupCols;
@@ -114,16 +151,19 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         if (targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
         continue;
       }
-      if (w.interleaved)
-        detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
-      else if (w.quantized())
-        affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1);
-      else if (dtype_is_quantized(w.dense.dtype) && !w.f32_activations)
-        detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1);
-      else if (w.bf16_activations)
-        bf16_dot_cols(bf16_x, w.dense, targets[i].y, false, j0, j1);
-      else
-        detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
+      switch (kinds[i]) {
+        case WeightKind::InterleavedBlocks:
+        case WeightKind::InterleavedAffine:
+          detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
+          break;
+        case WeightKind::Affine: affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1); break;
+        case WeightKind::Blocks: detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1); break;
+        case WeightKind::Bf16Dot: bf16_dot_cols(bf16_x, w.dense, targets[i].y, false, j0, j1); break;
+        case WeightKind::Dense:
+        case WeightKind::BlocksF32:
+          detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
+          break;
+      }
       if (pass == kBoth && targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
     }
   };

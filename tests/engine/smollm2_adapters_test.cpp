@@ -25,7 +25,7 @@
 #include "graft/engine/generate.h"
 #include "graft/runtime/lora.h"
 #include "graft/runtime/kernels.h"
-#include "compute/interleaved_blocks.h"
+#include "graft/compute/weight.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

@@ -17,7 +17,7 @@
 #include "graft/model/loader.h"
 #include "graft/engine/generate.h"
 #include "graft/runtime/kernels.h"
-#include "compute/interleaved_blocks.h"
+#include "graft/compute/weight.h"
 #include "support/run_util.h"
 #include "test_paths.h"
 

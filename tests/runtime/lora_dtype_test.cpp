@@ -1,9 +1,6 @@
 // --lora-dtype: the factors of unfused terms stored and computed as the file has them, in F32, in
 // BF16 or in 8 bits (runtime/lora.h: LoraDType).
-//   * The 8-bit up-projection (UpQ8): the codes and scales are the documented rounding of B, and
-//     every integer path (scalar, AVX2 vpmaddwd, AVX512-VNNI vpdpbusd) gives the bits of the
-//     documented sum for ranks that need padding (1, 3, 17), row counts that are not whole groups of
-//     16 and any column cut.
+//   * (The 8-bit up-projection's own kernels: tests/compute/lora_up_q8_test.cpp.)
 //   * Against PEFT (the tiny llama and qwen2 checkpoints with their PEFT LoRA, F32, r = 8, which
 //     moves the logits by up to 3.5): prompt logits per factor type within a bound of about 3x the
 //     deviation measured when this test was written (as stored and F32: 8e-6, the 1e-4 of
@@ -34,7 +31,6 @@
 #include "graft/runtime/kernels.h"
 #include "graft/runtime/lora.h"
 #include "support/run_util.h"
-#include "compute/matmul_q8.h"
 #include "test_paths.h"
 
 namespace graft::runtime {
@@ -63,77 +59,6 @@ TEST(LoraDType, ParsesItsNamesAndRefusesOthers) {
           << e.what();
     }
   }
-}
-
-// The documented rounding, written out again: d = max|v| / 127, q = round(v / d) (ties away).
-struct Rounded {
-  float d;
-  std::vector<int> q;
-};
-Rounded round_row(const float* v, int64_t n) {
-  float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
-  Rounded r{amax / 127.0f, std::vector<int>(static_cast<size_t>(n))};
-  const float id = r.d != 0.0f ? 1.0f / r.d : 0.0f;
-  for (int64_t i = 0; i < n; ++i) r.q[static_cast<size_t>(i)] = static_cast<int>(std::round(v[i] * id));
-  return r;
-}
-
-TEST(UpQ8, EveryIntegerPathGivesTheDocumentedSumBitForBit) {
-  std::mt19937 rng(17);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  int paths = 0;
-  for (auto [rows, r] : {std::pair<int64_t, int64_t>{37, 1}, {16, 3}, {64, 16}, {45, 17}, {5, 8}}) {
-    std::vector<float> b(static_cast<size_t>(rows * r));
-    for (float& v : b) v = nd(rng) * 0.05f;
-    for (int64_t k = 0; k < r; ++k) b[static_cast<size_t>(2 * r + k)] = 0.0f;  // an all-zero row: d = 0
-    const compute::UpQ8 q = compute::quantize_up_q8(b.data(), rows, r);
-    ASSERT_EQ(q.r4 % 4, 0);
-    std::vector<Rounded> want;
-    for (int64_t o = 0; o < rows; ++o) {
-      want.push_back(round_row(&b[static_cast<size_t>(o * r)], r));
-      for (int64_t k = 0; k < r; ++k) {
-        ASSERT_EQ(q.at(o, k), want.back().d * static_cast<float>(want.back().q[static_cast<size_t>(k)]))
-            << "row " << o << " k " << k;
-        ASSERT_LE(std::fabs(q.at(o, k) - b[static_cast<size_t>(o * r + k)]), 0.5f * want.back().d * 1.0001f);
-      }
-    }
-    std::vector<float> low(static_cast<size_t>(r));
-    for (float& v : low) v = nd(rng);
-    std::vector<int8_t> ql(static_cast<size_t>(q.r4), 99);
-    int32_t offset = 0;
-    const float d_low = compute::quantize_low_q8(low.data(), r, q.r4, ql.data(), &offset);
-    const Rounded lr = round_row(low.data(), r);
-    ASSERT_EQ(d_low, lr.d);
-    int32_t sum = 0;
-    for (int64_t k = 0; k < q.r4; ++k) {
-      ASSERT_EQ(ql[static_cast<size_t>(k)], k < r ? lr.q[static_cast<size_t>(k)] : 0) << k;
-      sum += ql[static_cast<size_t>(k)];
-    }
-    ASSERT_EQ(offset, 128 * sum);
-    const float s = 0.75f;
-    for (auto kernel : {compute::detail::Q8Kernel::Scalar, compute::detail::Q8Kernel::Avx2, compute::detail::Q8Kernel::AvxVnni,
-                        compute::detail::Q8Kernel::Avx512Vnni}) {
-      if (!compute::detail::q8_kernel_supported(kernel)) continue;
-      ++paths;
-      for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, rows}, {3, rows - 1}, {16, std::min<int64_t>(rows, 32)},
-                            {rows - 1, rows}}) {
-        if (c0 >= c1) continue;
-        std::vector<float> y(static_cast<size_t>(c1 - c0), 0.25f), ref = y;
-        compute::detail::lora_up_add_q8_with(kernel, q, ql.data(), offset, d_low, s, c0, c1, y.data());
-        for (int64_t o = c0; o < c1; ++o) {
-          int32_t isum = 0;
-          for (int64_t k = 0; k < r; ++k)
-            isum += lr.q[static_cast<size_t>(k)] * want[static_cast<size_t>(o)].q[static_cast<size_t>(k)];
-          ref[static_cast<size_t>(o - c0)] += ((s * d_low) * want[static_cast<size_t>(o)].d) * static_cast<float>(isum);
-        }
-        for (size_t i = 0; i < y.size(); ++i)
-          ASSERT_EQ(y[i], ref[i]) << compute::detail::q8_kernel_name(kernel) << " rows " << rows << " r " << r << " column "
-                                  << c0 + static_cast<int64_t>(i);
-      }
-    }
-  }
-  EXPECT_GE(paths, 5 * 2);  // the scalar and AVX2 paths run on every x86-64-v3 machine
 }
 
 // The PEFT fixtures of engine_adapters_test, with each factor type.
@@ -172,7 +97,7 @@ TEST_P(LoraDTypeVsPeft, LogitsStayNearPeftsAndGreedyTokensArePefts) {
         EXPECT_EQ(t.bt.data, nullptr);
         EXPECT_EQ(t.up_q8->rows, t.b.shape[0]);
         EXPECT_EQ(t.low_width(), 2 + t.up_q8->r4 / 4);
-        ASSERT_TRUE(t.down.interleaved || !compute::detail::q8_kernel_supported(compute::detail::Q8Kernel::Avx2));
+        ASSERT_EQ(t.down.interleaved != nullptr, compute::interleave_enabled(DType::Q8_0));
       }
     }
   }

@@ -32,7 +32,7 @@
 #include "graft/runtime/lora.h"
 #include "graft/runtime/transformer.h"
 #include "support/run_util.h"
-#include "compute/interleaved_blocks.h"
+#include "graft/compute/weight.h"
 #include "test_paths.h"
 
 namespace graft::runtime {

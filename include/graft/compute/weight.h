@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "graft/compute/kernels.h"
@@ -17,6 +18,23 @@
 namespace graft::compute {
 
 struct InterleavedBlocks;  // compute/interleaved_blocks.h (private to compute/)
+
+// The kernel path a weight takes once prepared: the one switch matmul, matmul_many and the kernel
+// report read.
+enum class WeightKind {
+  Dense,              // F32/F16/BF16 widened to F32: the per-ISA dense kernel
+  Bf16Dot,            // BF16 with BF16-rounded activations on vdpbf16ps
+  Blocks,             // GGUF blocks as stored, 8-bit activations
+  BlocksF32,          // GGUF blocks dequantized per tile, unrounded F32 activations
+  InterleavedBlocks,  // GGUF blocks interleaved x16 for the integer kernel, 8-bit activations
+  InterleavedAffine,  // mlx affine codes interleaved x16, 8-bit activations
+  Affine,             // mlx affine codes on the F32 affine kernel
+};
+// Whether a kind's kernel rounds the activations (to 8-bit blocks, or to BF16).
+bool rounds_activations(WeightKind k);
+// The kernels that run these kinds on this CPU, as `graft generate` reports them
+// (" dense avx512 gguf-blocks q8-activations avx512-vnni (... rows interleaved x16)").
+std::string describe_kernels(std::span<const WeightKind> kinds);
 
 // One weight matrix [rows, cols] in its stored form: dense (F32/F16/BF16) or GGUF blocks, or
 // affine-quantized (then `dense` is empty); plus what preparing it for this CPU added: an
@@ -38,6 +56,7 @@ struct Weight {
   bool bf16_activations = false;
 
   bool quantized() const { return quant.bits != 0; }
+  WeightKind kind() const;
   int64_t nbytes() const { return quantized() ? quant.nbytes() : dense.nbytes(); }
   static Weight of(Tensor t);
   static Weight of(AffineQuantized q);
@@ -72,6 +91,13 @@ Activations parse_activations(std::string_view name, std::string_view option = "
 const char* activations_name(Activations a);
 // One matrix; pool null: the copy made on the calling thread (the same bytes).
 int64_t prepare_weight(Weight& w, ThreadPool* pool, Activations a = Activations::Q8);
+// Whether prepare_weight interleaves GGUF `t` matrices on this CPU (the q8 kernel chosen is AVX2,
+// AVX-VNNI or AVX512-VNNI, and GRAFT_Q8_INTERLEAVE is not 0).
+bool interleave_enabled(DType t);
+bool interleavable(DType t);  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K
+// The same for mlx affine matrices (4 or 8 bits): the same conditions. GRAFT_Q8_INTERLEAVE=0
+// keeps them on matmul_affine's F32 kernel (the reference path).
+bool interleave_enabled_affine();
 
 // Several matmuls on the same x (a layer's q/k/v, or gate/up) in one dispatch: each weight's
 // per-call preparation done once (GGUF block weights share one activation quantization), then one

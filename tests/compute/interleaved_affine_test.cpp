@@ -24,8 +24,7 @@
 
 #include "graft/core/affine_quant.h"
 #include "graft/core/error.h"
-#include "graft/model/weights.h"
-#include "graft/runtime/kernels.h"
+#include "graft/compute/weight.h"
 #include "support/q8_test_util.h"
 #include "compute/interleaved_blocks.h"
 
@@ -182,8 +181,8 @@ TEST(InterleavedAffine, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
 }
 
 // Through the public entry points, as a model runs them.
-model::Matrix affine_matrix(const Case& c, uint32_t seed, ThreadPool& pool) {
-  model::Matrix m = model::Matrix::of(random_affine(c, seed));
+Weight affine_matrix(const Case& c, uint32_t seed, ThreadPool& pool) {
+  Weight m = Weight::of(random_affine(c, seed));
   if (compute::prepare_weight(m, &pool) == 0) m.interleaved = compute::interleave_affine(m.quant);  // (GRAFT_Q8_INTERLEAVE=0)
   return m;
 }
@@ -192,7 +191,7 @@ TEST(InterleavedAffine, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
   ThreadPool prep(2);
   for (int bits : {4, 8}) {
     const int64_t k = 576, n = 70, m = 60;  // m·k > 32k: quantized and packed over the pool
-    const model::Matrix w = affine_matrix({bits, 64, DType::BF16, m, n, k}, 23, prep);
+    const Weight w = affine_matrix({bits, 64, DType::BF16, m, n, k}, 23, prep);
     const auto x = random_x(m, k, 29);
     const auto all = run_matrix(w, x.data(), m, 1);
     EXPECT_EQ(all, run_matrix(w, x.data(), m, 3)) << bits;
@@ -208,31 +207,31 @@ TEST(InterleavedAffine, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
 TEST(InterleavedAffine, MatmulManyEqualsOneMatmulPerTarget) {
   const int64_t k = 128, m = 3;
   ThreadPool prep(1);
-  const model::Matrix a4 = affine_matrix({4, 64, DType::BF16, m, 48, k}, 31, prep);
-  const model::Matrix a8 = affine_matrix({8, 32, DType::F32, m, 20, k}, 37, prep);
-  model::Matrix q4 = model::Matrix::of(random_blocks(DType::Q4_1, 16, k, 41));
+  const Weight a4 = affine_matrix({4, 64, DType::BF16, m, 48, k}, 31, prep);
+  const Weight a8 = affine_matrix({8, 32, DType::F32, m, 20, k}, 37, prep);
+  Weight q4 = Weight::of(random_blocks(DType::Q4_1, 16, k, 41));
   q4.interleaved = compute::interleave_blocks(q4.dense);
-  const model::Matrix plain = model::Matrix::of(random_affine({4, 128, DType::BF16, m, 24, k}, 43));  // F32 kernel
+  const Weight plain = Weight::of(random_affine({4, 128, DType::BF16, m, 24, k}, 43));  // F32 kernel
   const auto x = random_x(m, k, 47);
   expect_many_equals_each({&a4, &a8, &q4, &plain}, x.data(), m);
 }
 
-TEST(InterleavedAffine, PrepareMatrixCopiesWhereTheKernelRunsAndSaysSo) {
+TEST(InterleavedAffine, PrepareWeightCopiesWhereTheKernelRunsAndSaysSo) {
   ThreadPool pool(1);
-  model::ModelWeights w;
-  w.lm_head = model::Matrix::of(random_affine({8, 64, DType::BF16, 1, 32, 128}, 53));
-  const int64_t bytes = runtime::prepare_weights(w, pool);
-  EXPECT_EQ(w.lm_head.interleaved != nullptr, compute::interleave_enabled_affine());
+  Weight w = Weight::of(random_affine({8, 64, DType::BF16, 1, 32, 128}, 53));
+  const int64_t bytes = compute::prepare_weight(w, &pool);
+  EXPECT_EQ(w.interleaved != nullptr, compute::interleave_enabled_affine());
   EXPECT_EQ(compute::interleave_enabled_affine(), compute::interleave_enabled(DType::Q8_0));
-  EXPECT_EQ(bytes, w.lm_head.interleaved ? w.lm_head.interleaved->nbytes() : 0);
+  EXPECT_EQ(bytes, w.interleaved ? w.interleaved->nbytes() : 0);
   // 8-bit g64, 32 rows of 128 columns: two groups of 4 blocks × 512 code bytes + 2 records of 128.
-  if (w.lm_head.interleaved) {
-    EXPECT_EQ(w.lm_head.interleaved->group_bytes, 4 * 512 + 2 * 128);
+  if (w.interleaved) {
+    EXPECT_EQ(w.interleaved->group_bytes, 4 * 512 + 2 * 128);
   }
-  const std::string line = runtime::describe_kernels(w);
-  EXPECT_NE(line.find("mlx affine 8-bit x1"), std::string::npos) << line;
+  EXPECT_EQ(w.kind(), w.interleaved ? WeightKind::InterleavedAffine : WeightKind::Affine);
+  const WeightKind kinds[] = {w.kind()};
+  const std::string line = compute::describe_kernels(kinds);
   EXPECT_EQ(line.find("affine 4/8-bit rows interleaved x16") != std::string::npos, compute::interleave_enabled_affine()) << line;
-  EXPECT_EQ(line.find("mlx-affine avx2") != std::string::npos, !compute::interleave_enabled_affine()) << line;
+  EXPECT_EQ(line.find("mlx-affine f32-activations avx2") != std::string::npos, !compute::interleave_enabled_affine()) << line;
 }
 
 }  // namespace

@@ -10,11 +10,11 @@
 
 #include "graft/core/error.h"
 #include "graft/core/gguf_blocks.h"
-#include "graft/model/weights.h"
-#include "graft/runtime/kernels.h"
+#include "graft/compute/kernels.h"
+#include "graft/compute/weight.h"
 #include "compute/matmul_internal.h"
 
-namespace graft::runtime {
+namespace graft::compute {
 namespace {
 
 struct Case {
@@ -253,13 +253,13 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
       }
     return Tensor::owned(t, {n, k}, std::move(bytes));
   };
-  const std::vector<std::vector<model::Matrix>> sets = {
-      {model::Matrix::of(dense(DType::F32, 24)), model::Matrix::of(dense(DType::BF16, 9))},
-      {model::Matrix::of(blocks(DType::Q4_K, 40)), model::Matrix::of(blocks(DType::Q6_K, 8)),
-       model::Matrix::of(blocks(DType::Q8_0, 13))},
-      {model::Matrix::of(blocks(DType::Q4_0, 16)), model::Matrix::of(blocks(DType::Q4_1, 5))},
-      {model::Matrix::of(quantize_affine(dense(DType::F32, 17), 4, 64, DType::BF16)),
-       model::Matrix::of(dense(DType::BF16, 6))},
+  const std::vector<std::vector<Weight>> sets = {
+      {Weight::of(dense(DType::F32, 24)), Weight::of(dense(DType::BF16, 9))},
+      {Weight::of(blocks(DType::Q4_K, 40)), Weight::of(blocks(DType::Q6_K, 8)),
+       Weight::of(blocks(DType::Q8_0, 13))},
+      {Weight::of(blocks(DType::Q4_0, 16)), Weight::of(blocks(DType::Q4_1, 5))},
+      {Weight::of(quantize_affine(dense(DType::F32, 17), 4, 64, DType::BF16)),
+       Weight::of(dense(DType::BF16, 6))},
   };
   for (int threads : {1, 3})
     for (int64_t m : {1, 3, 9}) {
@@ -293,7 +293,7 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
         // The same weights as `first` targets (without epilogues) before a main target: each first
         // output is complete and exact when after_first runs (once), before any main epilogue,
         // whatever the row counts (9, 13, 5: not multiples of 16).
-        const model::Matrix& last = set.back();
+        const Weight& last = set.back();
         std::vector<float> y_main(static_cast<size_t>(m * last.rows), -7.0f);
         std::vector<std::vector<float>> y_first;
         std::vector<compute::MatmulTarget> first;
@@ -316,4 +316,4 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
 }
 
 }  // namespace
-}  // namespace graft::runtime
+}  // namespace graft::compute

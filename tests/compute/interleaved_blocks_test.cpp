@@ -26,8 +26,7 @@
 
 #include "graft/core/error.h"
 #include "graft/core/gguf_blocks.h"
-#include "graft/model/weights.h"
-#include "graft/runtime/kernels.h"
+#include "graft/compute/weight.h"
 #include "support/q8_test_util.h"
 
 namespace graft::compute::detail {
@@ -179,8 +178,8 @@ TEST(InterleavedBlocks, ColumnRangesWriteOnlyTheirColumns) {
 }
 
 // Through the public entry points, as a model runs them: matmul on a prepared Matrix, matmul_many.
-model::Matrix interleaved_matrix(DType t, int64_t n, int64_t k, uint32_t seed) {
-  model::Matrix m = model::Matrix::of(random_blocks(t, n, k, seed));
+Weight interleaved_matrix(DType t, int64_t n, int64_t k, uint32_t seed) {
+  Weight m = Weight::of(random_blocks(t, n, k, seed));
   m.interleaved = compute::interleave_blocks(m.dense);
   return m;
 }
@@ -188,7 +187,7 @@ model::Matrix interleaved_matrix(DType t, int64_t n, int64_t k, uint32_t seed) {
 TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t k = 768, n = 70, m = 60;  // m·k > 32k: quantized and packed over the pool
-    const model::Matrix w = interleaved_matrix(t, n, k, 23);
+    const Weight w = interleaved_matrix(t, n, k, 23);
     const auto x = random_x(m, k, 29);
     const auto all = run_matrix(w, x.data(), m, 1);
     EXPECT_EQ(all, run_matrix(w, x.data(), m, 3)) << dtype_name(t);
@@ -201,29 +200,29 @@ TEST(InterleavedBlocks, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
 
 TEST(InterleavedBlocks, MatmulManyEqualsOneMatmulPerTarget) {
   const int64_t k = 256, m = 3;  // Q4_K / Q6_K: whole super-blocks
-  const model::Matrix q = interleaved_matrix(DType::Q8_0, 48, k, 31);
-  const model::Matrix kk = interleaved_matrix(DType::Q4_0, 20, k, 37);
-  const model::Matrix v = model::Matrix::of(random_blocks(DType::Q6_K, 24, k, 41));  // read as stored
-  const model::Matrix o = interleaved_matrix(DType::Q4_K, 17, k, 42);
-  const model::Matrix v6 = interleaved_matrix(DType::Q6_K, 33, k, 44);
+  const Weight q = interleaved_matrix(DType::Q8_0, 48, k, 31);
+  const Weight kk = interleaved_matrix(DType::Q4_0, 20, k, 37);
+  const Weight v = Weight::of(random_blocks(DType::Q6_K, 24, k, 41));  // read as stored
+  const Weight o = interleaved_matrix(DType::Q4_K, 17, k, 42);
+  const Weight v6 = interleaved_matrix(DType::Q6_K, 33, k, 44);
   const auto x = random_x(m, k, 43);
   expect_many_equals_each({&q, &kk, &v, &o, &v6}, x.data(), m);
 }
 
 TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
   ThreadPool pool(1);
-  model::Matrix q8 = model::Matrix::of(random_blocks(DType::Q8_0, 16, 64, 47));
-  model::Matrix q3k = model::Matrix::of(random_blocks(DType::Q3_K, 16, 256, 53));
+  Weight q8 = Weight::of(random_blocks(DType::Q8_0, 16, 64, 47));
+  Weight q3k = Weight::of(random_blocks(DType::Q3_K, 16, 256, 53));
   const int64_t bytes = compute::prepare_weight(q8, &pool);
   EXPECT_EQ(q8.interleaved != nullptr, compute::interleave_enabled(DType::Q8_0));
   EXPECT_EQ(bytes, q8.interleaved ? q8.interleaved->nbytes() : 0);
   EXPECT_EQ(compute::prepare_weight(q3k, &pool), 0);  // (read as stored)
   EXPECT_EQ(q3k.interleaved, nullptr);
-  model::Matrix q6k = model::Matrix::of(random_blocks(DType::Q6_K, 16, 256, 53));
+  Weight q6k = Weight::of(random_blocks(DType::Q6_K, 16, 256, 53));
   const int64_t q6k_bytes = compute::prepare_weight(q6k, &pool);
   EXPECT_EQ(q6k_bytes, q6k.interleaved ? q6k.interleaved->nbytes() : 0);
   EXPECT_EQ(q6k.interleaved != nullptr, compute::interleave_enabled(DType::Q6_K));
-  model::Matrix q4k = model::Matrix::of(random_blocks(DType::Q4_K, 16, 256, 54));
+  Weight q4k = Weight::of(random_blocks(DType::Q4_K, 16, 256, 54));
   const int64_t q4k_bytes = compute::prepare_weight(q4k, &pool);
   EXPECT_EQ(q4k_bytes, q4k.interleaved ? q4k.interleaved->nbytes() : 0);
   EXPECT_EQ(q4k.interleaved != nullptr, compute::interleave_enabled(DType::Q4_K));
