@@ -43,11 +43,6 @@ constexpr Role kGateUp[] = {Role::Gate, Role::Up};
 // paying a dispatch and a wait for each (row-wise results do not depend on the cut).
 int64_t rows_per_chunk(int64_t width) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(1, width)); }
 
-struct RowInfo {
-  int64_t seq;  // index into the batch
-  int64_t pos;  // absolute position in that sequence
-};
-
 }  // namespace
 
 Transformer::Transformer(const model::ModelConfig& config, const model::ModelWeights& weights)
@@ -234,23 +229,18 @@ void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const Seq
   const float scale = c.attention_scale();
   const float softcap = c.attn_logit_softcap ? static_cast<float>(*c.attn_logit_softcap) : 0.0f;
   const std::optional<int64_t> window = c.layer_slides(layer) ? c.sliding_window : std::nullopt;
-  std::vector<RowInfo> rows;
-  for (size_t s = 0; s < batch.size(); ++s) {
-    const int64_t start = batch[s].cache->size();
-    for (size_t t = 0; t < batch[s].tokens.size(); ++t) rows.push_back({static_cast<int64_t>(s), start + int64_t(t)});
-  }
   // One item per row and key/value head: the `group` query heads that share it run together, so
   // each cached key and value is read once for all of them (the same bits as one head at a time).
   const int64_t n_kv = c.num_kv_heads;
-  const int64_t n_items = static_cast<int64_t>(rows.size()) * n_kv;
+  const int64_t n_items = static_cast<int64_t>(ws_.seq_of_row.size()) * n_kv;
   pool.parallel_for(n_items, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t r = item / n_kv, kvh = item % n_kv, h = kvh * group;
-      const RowInfo& ri = rows[r];
-      const KVCache& cache = *batch[ri.seq].cache;
-      const int64_t first = window ? std::max<int64_t>(0, ri.pos - *window + 1) : 0;
-      const int64_t n = ri.pos + 1 - first;
+      const int64_t pos = ws_.pos_of_row[static_cast<size_t>(r)];
+      const KVCache& cache = *batch[static_cast<size_t>(ws_.seq_of_row[static_cast<size_t>(r)])].cache;
+      const int64_t first = window ? std::max<int64_t>(0, pos - *window + 1) : 0;
+      const int64_t n = pos + 1 - first;
       scores.resize(static_cast<size_t>(n * group));
       attend_cached(cache, layer, first, n, kvh * hd, q + r * c.q_dim() + h * hd, hd, scale, scores.data(),
                     out + r * c.q_dim() + h * hd, group, softcap);
@@ -262,11 +252,8 @@ Transformer::GluFn Transformer::glu() const {
   return config_.activation == model::Activation::GeluTanh ? compute::gelu_tanh_mul : compute::silu_mul;
 }
 
-std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const SequenceInput> batch) {
+int64_t Transformer::check_batch(std::span<const SequenceInput> batch) const {
   const model::ModelConfig& c = config_;
-  const int64_t H = c.hidden_size, QD = c.q_dim(), KVD = c.kv_dim(), F = c.intermediate_size;
-
-  // Validate everything before any cache changes.
   int64_t T = 0;
   for (const auto& s : batch) {
     if (!s.cache) fail("forward: a sequence has no KV cache");
@@ -278,119 +265,141 @@ std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const Sequen
            s.cache->capacity());
     T += static_cast<int64_t>(s.tokens.size());
   }
-  std::vector<int64_t> seq_of_row;
-  for (size_t s = 0; s < batch.size(); ++s) seq_of_row.insert(seq_of_row.end(), batch[s].tokens.size(), int64_t(s));
-  const RowGroups groups = group_rows(batch, seq_of_row);
-  for (const auto& s : batch) s.cache->reserve_more(static_cast<int64_t>(s.tokens.size()));
+  return T;
+}
 
-  std::vector<float> x(T * H), xn(T * H), q(T * QD), k(T * KVD), v(T * KVD), att(T * QD), tmp(T * H);
-  std::vector<float> gate(T * F), up(T * F);
-  std::vector<RowInfo> rows;
-  rows.reserve(static_cast<size_t>(T));
-  for (size_t s = 0; s < batch.size(); ++s)
-    for (size_t t = 0; t < batch[s].tokens.size(); ++t)
-      rows.push_back({static_cast<int64_t>(s), batch[s].cache->size() + static_cast<int64_t>(t)});
-  embed_rows(batch, x.data(), groups);
-  // Gemma: hidden = embedding * sqrt(hidden_size), the normalizer rounded to F32 as transformers does.
-  if (c.scale_embeddings) compute::scale(x.data(), static_cast<float>(std::sqrt(static_cast<double>(H))), T * H);
+void Transformer::norm_rows(ThreadPool& pool, const float* in, const Tensor& w, float* out, int64_t n) const {
+  const int64_t H = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  pool.parallel_for(
+      n,
+      [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) compute::rms_norm(in + r * H, w.as<float>(), H, eps, out + r * H);
+      },
+      rows_per_chunk(H));
+}
+
+// A sublayer's output joins the residual stream x, through its post-norm under sandwich_norms.
+void Transformer::add_residual(ThreadPool& pool, float* out, const Tensor& post_norm, int64_t T) {
+  if (config_.sandwich_norms) norm_rows(pool, out, post_norm, out, T);
+  compute::add(ws_.x.data(), out, T * config_.hidden_size);
+}
+
+// x += o(attention(rope(q), rope(k), v)) of the normed x; each row's k and v stored in its cache.
+void Transformer::attention_block(ThreadPool& pool, int64_t l, std::span<const SequenceInput> batch,
+                                  const RowGroups& groups) {
+  const model::ModelConfig& c = config_;
+  const model::LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
+  const int64_t T = static_cast<int64_t>(ws_.seq_of_row.size()), QD = c.q_dim(), KVD = c.kv_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
-  auto norm_rows = [&](const float* in, const Tensor& w, float* out) {
-    pool.parallel_for(
-        T,
-        [&](int64_t b, int64_t e) {
-          for (int64_t r = b; r < e; ++r) compute::rms_norm(in + r * H, w.as<float>(), H, eps, out + r * H);
-        },
-        rows_per_chunk(H));
-  };
-  // A sublayer's output joins the residual stream, through its post-norm under sandwich_norms.
-  auto add_residual = [&](float* out, const Tensor& post_norm) {
-    if (c.sandwich_norms) norm_rows(out, post_norm, out);
-    compute::add(x.data(), out, T * H);
-  };
-  const GluFn glu = this->glu();
-  const ExpertRows sparse_rows = c.num_experts > 0 ? expert_rows(groups, T) : ExpertRows{};  // for every sparse layer
+  Workspace& w = ws_;
+  norm_rows(pool, w.x.data(), L.attn_norm, w.xn.data(), T);
+  project_many(pool, l, kQkv, w.xn.data(), T, std::array<float*, 3>{w.q.data(), w.k.data(), w.v.data()}, groups);
+  pool.parallel_for(T, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* qr = &w.q[r * QD];
+      float* kr = &w.k[r * KVD];
+      if (c.qk_norm) {
+        for (int64_t h = 0; h < c.num_heads; ++h)
+          compute::rms_norm(qr + h * c.head_dim, L.q_norm.as<float>(), c.head_dim, eps, qr + h * c.head_dim);
+        for (int64_t h = 0; h < c.num_kv_heads; ++h)
+          compute::rms_norm(kr + h * c.head_dim, L.k_norm.as<float>(), c.head_dim, eps, kr + h * c.head_dim);
+      }
+      const std::vector<float>& inv_freq = c.layer_slides(l) ? inv_freq_local_ : inv_freq_;
+      const int64_t pos = w.pos_of_row[static_cast<size_t>(r)];
+      apply_rope(qr, c.num_heads, c.head_dim, c.rope_dims(), pos, inv_freq);
+      apply_rope(kr, c.num_kv_heads, c.head_dim, c.rope_dims(), pos, inv_freq);
+      KVCache& cache = *batch[static_cast<size_t>(w.seq_of_row[static_cast<size_t>(r)])].cache;
+      cache.store(l, pos, kr, &w.v[r * KVD]);  // rounded to the cache's type
+    }
+  }, rows_per_chunk(QD + 2 * KVD));
+  attention(pool, l, batch, w.q.data(), w.att.data());
+  project(pool, l, Role::O, w.att.data(), T, w.tmp.data(), groups);
+  add_residual(pool, w.tmp.data(), L.attn_post_norm, T);
+}
 
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const model::LayerWeights& L = weights_.layers[l];
-    norm_rows(x.data(), L.attn_norm, xn.data());
-    project_many(pool, l, kQkv, xn.data(), T, std::array<float*, 3>{q.data(), k.data(), v.data()}, groups);
+// x += mlp(norm(x)): the gated MLP, or a sparse layer's experts.
+void Transformer::mlp_block(ThreadPool& pool, int64_t l, const RowGroups& groups, const ExpertRows& sparse_rows) {
+  const model::LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
+  const int64_t T = static_cast<int64_t>(ws_.seq_of_row.size()), F = config_.intermediate_size;
+  Workspace& w = ws_;
+  norm_rows(pool, w.x.data(), L.mlp_norm, w.xn.data(), T);
+  if (config_.layer_is_sparse(l)) {
+    experts_mlp(pool, l, w.xn.data(), T, w.tmp.data(), groups, sparse_rows);
+  } else {
+    project_many(pool, l, kGateUp, w.xn.data(), T, std::array<float*, 2>{w.gate.data(), w.up.data()}, groups);
+    const GluFn glu = this->glu();
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        float* qr = &q[r * QD];
-        float* kr = &k[r * KVD];
-        if (c.qk_norm) {
-          for (int64_t h = 0; h < c.num_heads; ++h)
-            compute::rms_norm(qr + h * c.head_dim, L.q_norm.as<float>(), c.head_dim, eps, qr + h * c.head_dim);
-          for (int64_t h = 0; h < c.num_kv_heads; ++h)
-            compute::rms_norm(kr + h * c.head_dim, L.k_norm.as<float>(), c.head_dim, eps, kr + h * c.head_dim);
-        }
-        const std::vector<float>& inv_freq = c.layer_slides(l) ? inv_freq_local_ : inv_freq_;
-        apply_rope(qr, c.num_heads, c.head_dim, c.rope_dims(), rows[r].pos, inv_freq);
-        apply_rope(kr, c.num_kv_heads, c.head_dim, c.rope_dims(), rows[r].pos, inv_freq);
-        KVCache& cache = *batch[rows[r].seq].cache;
-        cache.store(l, rows[r].pos, kr, &v[r * KVD]);  // rounded to the cache's type
-      }
-    }, rows_per_chunk(QD + 2 * KVD));
-    attention(pool, l, batch, q.data(), att.data());
-    project(pool, l, Role::O, att.data(), T, tmp.data(), groups);
-    add_residual(tmp.data(), L.attn_post_norm);
-
-    norm_rows(x.data(), L.mlp_norm, xn.data());
-    if (c.layer_is_sparse(l)) {
-      experts_mlp(pool, l, xn.data(), T, tmp.data(), groups, sparse_rows);
-    } else {
-      project_many(pool, l, kGateUp, xn.data(), T, std::array<float*, 2>{gate.data(), up.data()}, groups);
-      pool.parallel_for(T, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) glu(&gate[r * F], &up[r * F], F, &gate[r * F]);
-      }, rows_per_chunk(F));
-      project(pool, l, Role::Down, gate.data(), T, tmp.data(), groups);
-    }
-    add_residual(tmp.data(), L.mlp_post_norm);
+      for (int64_t r = b; r < e; ++r) glu(&w.gate[r * F], &w.up[r * F], F, &w.gate[r * F]);
+    }, rows_per_chunk(F));
+    project(pool, l, Role::Down, w.gate.data(), T, w.tmp.data(), groups);
   }
+  add_residual(pool, w.tmp.data(), L.mlp_post_norm, T);
+}
 
-  // Final norm and head only for the rows whose logits are wanted.
-  std::vector<int64_t> out_rows;
-  {
-    int64_t r = 0;
-    for (const auto& s : batch) {
-      const int64_t n = static_cast<int64_t>(s.tokens.size());
-      if (!s.want_logits || s.hidden) {
-      } else if (s.all_logits) {
-        for (int64_t t = 0; t < n; ++t) out_rows.push_back(r + t);
-      } else {
-        out_rows.push_back(r + n - 1);
-      }
-      r += n;
+// The final norm and the head for the rows whose logits are wanted; the final norm of every row of
+// the sequences that asked for hidden states instead (embeddings).
+std::vector<float> Transformer::head(ThreadPool& pool, std::span<const SequenceInput> batch) {
+  const model::ModelConfig& c = config_;
+  const int64_t H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float* x = ws_.x.data();
+  std::vector<int64_t> out_rows, seq_of_out;
+  int64_t r = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceInput& s = batch[i];
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (s.want_logits && !s.hidden)
+      for (int64_t t = s.all_logits ? 0 : n - 1; t < n; ++t) out_rows.push_back(r + t), seq_of_out.push_back(int64_t(i));
+    if (s.hidden) {  // rows [n, hidden] appended
+      const size_t at = s.hidden->size();
+      s.hidden->resize(at + static_cast<size_t>(n * H));
+      float* out = s.hidden->data() + at;
+      pool.parallel_for(
+          n,
+          [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t)
+              compute::rms_norm(&x[(r + t) * H], weights_.final_norm.as<float>(), H, eps, out + t * H);
+          },
+          rows_per_chunk(H));
     }
+    r += n;
   }
   const int64_t R = static_cast<int64_t>(out_rows.size());
-  std::vector<float> hn(R * H);
+  std::vector<float> hn(static_cast<size_t>(R * H)), logits(static_cast<size_t>(R * c.vocab_size));
   for (int64_t i = 0; i < R; ++i) compute::rms_norm(&x[out_rows[i] * H], weights_.final_norm.as<float>(), H, eps, &hn[i * H]);
-  std::vector<float> logits(R * c.vocab_size);
-  std::vector<int64_t> seq_of_out;
-  for (int64_t r : out_rows) seq_of_out.push_back(seq_of_row[static_cast<size_t>(r)]);
   if (R > 0) project(pool, -1, Role::LmHead, hn.data(), R, logits.data(), group_rows(batch, seq_of_out));
-  // Hidden states (embeddings): the final norm of every row of those sequences, no head.
-  {
-    int64_t r = 0;
-    for (const auto& s : batch) {
-      const int64_t n = static_cast<int64_t>(s.tokens.size());
-      if (s.hidden) {
-        const size_t at = s.hidden->size();
-        s.hidden->resize(at + static_cast<size_t>(n * H));
-        float* out = s.hidden->data() + at;
-        pool.parallel_for(
-            n,
-            [&](int64_t b, int64_t e) {
-              for (int64_t t = b; t < e; ++t)
-                compute::rms_norm(&x[(r + t) * H], weights_.final_norm.as<float>(), H, eps, out + t * H);
-            },
-            rows_per_chunk(H));
-      }
-      r += n;
-    }
-  }
   if (c.final_logit_softcap) compute::soft_cap(logits.data(), R * c.vocab_size, static_cast<float>(*c.final_logit_softcap));
+  return logits;
+}
+
+std::vector<float> Transformer::forward(ThreadPool& pool, std::span<const SequenceInput> batch) {
+  const model::ModelConfig& c = config_;
+  const int64_t T = check_batch(batch);  // everything checked before any cache changes
+  Workspace& w = ws_;
+  w.seq_of_row.clear();
+  w.pos_of_row.clear();
+  for (size_t s = 0; s < batch.size(); ++s)
+    for (size_t t = 0; t < batch[s].tokens.size(); ++t) {
+      w.seq_of_row.push_back(static_cast<int64_t>(s));
+      w.pos_of_row.push_back(batch[s].cache->size() + static_cast<int64_t>(t));
+    }
+  const RowGroups groups = group_rows(batch, w.seq_of_row);
+  for (const auto& s : batch) s.cache->reserve_more(static_cast<int64_t>(s.tokens.size()));
+  const int64_t H = c.hidden_size, QD = c.q_dim(), KVD = c.kv_dim(), F = c.intermediate_size;
+  for (auto [buf, width] : {std::pair{&w.x, H}, {&w.xn, H}, {&w.q, QD}, {&w.k, KVD}, {&w.v, KVD}, {&w.att, QD},
+                            {&w.tmp, H}, {&w.gate, F}, {&w.up, F}})
+    buf->resize(static_cast<size_t>(T * width));  // every pass writes each before reading it
+
+  embed_rows(batch, w.x.data(), groups);
+  // Gemma: hidden = embedding * sqrt(hidden_size), the normalizer rounded to F32 as transformers does.
+  if (c.scale_embeddings) compute::scale(w.x.data(), static_cast<float>(std::sqrt(static_cast<double>(H))), T * H);
+  const ExpertRows sparse_rows = c.num_experts > 0 ? expert_rows(groups, T) : ExpertRows{};  // for every sparse layer
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    attention_block(pool, l, batch, groups);
+    mlp_block(pool, l, groups, sparse_rows);
+  }
+  std::vector<float> logits = head(pool, batch);
   for (const auto& s : batch) s.cache->advance(static_cast<int64_t>(s.tokens.size()));
   return logits;
 }

@@ -38,7 +38,8 @@ class Transformer {
   // one per token when all_logits, none when !want_logits or hidden). Advances each cache by its token
   // count. Throws before touching any cache if a token id is out of range, a context would overflow,
   // an adapter scale is not finite or an adapter was built for another model. Rows are grouped by
-  // adapter: each adapter's terms run once over the rows of every sequence that uses it.
+  // adapter: each adapter's terms run once over the rows of every sequence that uses it. One caller
+  // at a time (the pass's buffers are the Transformer's, reused from pass to pass).
   std::vector<float> forward(ThreadPool& pool, std::span<const SequenceInput> batch);
 
   const model::ModelConfig& config() const { return config_; }
@@ -88,8 +89,24 @@ class Transformer {
   void attention(ThreadPool& pool, int64_t layer, std::span<const SequenceInput> batch, const float* q,
                  float* out);
 
+  // The per-pass buffers, kept so a decode step allocates no activations: rows [T, width] of the
+  // residual stream x, its normed copy, q/k/v, the attention output, a sublayer's output and the
+  // MLP's gate/up; each row's sequence and position.
+  struct Workspace {
+    std::vector<float> x, xn, q, k, v, att, tmp, gate, up;
+    std::vector<int64_t> seq_of_row, pos_of_row;
+  };
+  // The rows of the pass (their number); throws what forward refuses, before anything changes.
+  int64_t check_batch(std::span<const SequenceInput> batch) const;
+  void norm_rows(ThreadPool& pool, const float* in, const Tensor& w, float* out, int64_t n) const;
+  void add_residual(ThreadPool& pool, float* out, const Tensor& post_norm, int64_t T);
+  void attention_block(ThreadPool& pool, int64_t l, std::span<const SequenceInput> batch, const RowGroups& groups);
+  void mlp_block(ThreadPool& pool, int64_t l, const RowGroups& groups, const ExpertRows& sparse_rows);
+  std::vector<float> head(ThreadPool& pool, std::span<const SequenceInput> batch);
+
   const model::ModelConfig& config_;
   const model::ModelWeights& weights_;
+  Workspace ws_;
   std::vector<float> inv_freq_;
   std::vector<float> inv_freq_local_;  // sliding layers' table (the same as inv_freq_ unless Gemma 3)
 };
