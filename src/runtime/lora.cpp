@@ -131,12 +131,9 @@ std::shared_ptr<const KronFactors> kron_factors(const adapter::KroneckerUpdate& 
 
 // A factor [rows, cols] in `dt`: F32/BF16 rounded to nearest even, Q8_0 quantized by llama.cpp's
 // reference quantizer (so a factor that came from a Q8_0 GGUF gets its file's bytes back).
-Tensor factor_in(const Tensor& f, DType dt, const char* what, const std::string& tensor, const std::string& path) {
+Tensor factor_in(const Tensor& f, DType dt) {
   if (f.dtype == dt) return f;
-  const int64_t rows = f.shape[0], cols = f.shape[1];
-  if (dt == DType::Q8_0 && cols % 32 != 0)
-    fail_as(ErrorKind::kBadRequest, "--lora-dtype q8_0: adapter '", path, "', the term on '", tensor, "': ", what,
-            " has rows of ", cols, " values; Q8_0 needs a multiple of 32 (use --lora-dtype bf16 or auto)");
+  const int64_t rows = f.shape[0], cols = f.shape[1];  // (Q8_0's whole blocks: check_lora_plan refused the rest)
   const std::vector<float> v = rows_to_f32(f, 0, rows);
   std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(dt, rows * cols)));
   if (dt == DType::Q8_0)
@@ -258,9 +255,9 @@ LoraTerm make_term(const adapter::PlannedUpdate& pu) {
 }
 
 // The factors of a projection's term in the --lora-dtype asked for (check_lora_plan checked Q8_0's width).
-void convert_factors(LoraTerm& t, DType dt, const std::string& tensor, const std::string& path) {
+void convert_factors(LoraTerm& t, DType dt) {
   if (t.kron) return;
-  t.a = factor_in(t.a, dt, "A [r, in]", tensor, path);
+  t.a = factor_in(t.a, dt);
   if (dt == DType::Q8_0) {
     const int64_t rows = t.b.shape[0], r = t.b.shape[1];
     t.up_q8 = std::make_shared<const compute::UpQ8>(compute::quantize_up_q8(rows_to_f32(t.b, 0, rows).data(), rows, r));
@@ -268,7 +265,7 @@ void convert_factors(LoraTerm& t, DType dt, const std::string& tensor, const std
     t.down = model::Matrix::of(t.a);
     compute::prepare_weight(t.down, nullptr, compute::Activations::Q8);  // interleaved where the CPU runs it
   } else {
-    t.bt = factor_in(t.bt, dt, "B^T [r, out]", tensor, path);
+    t.bt = factor_in(t.bt, dt);
   }
 }
 
@@ -293,7 +290,7 @@ std::shared_ptr<const LoraAdapter> make_lora_adapter(const adapter::WeightAdapte
         if (config.tie_word_embeddings) out->terms[{model::Role::LmHead}].push_back(t);
         continue;
       }
-      if (factor_dtype) convert_factors(t, *factor_dtype, tensor, path);
+      if (factor_dtype) convert_factors(t, *factor_dtype);
       out->terms[role].push_back(std::move(t));
     }
   }

@@ -16,7 +16,6 @@
 // the head is tied it is also a term on the head: logits += s·(h·Aᵀ)·Bᵀ, the same function as
 // fusing ΔE into the shared weight (mlx-lm's LoRAEmbedding.as_linear).
 #pragma once
-#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
