@@ -117,15 +117,15 @@ struct InterleavedBlocks {
 
 // The copy (rows split over the pool). w: [n, k] of an interleavable type; Q4_K goes to interleave_q4_k.
 std::shared_ptr<const InterleavedBlocks> interleave_blocks(const Tensor& w, ThreadPool* pool = nullptr);
-// The copy of a Q4_K matrix (interleaved_q4k.cpp; k a multiple of 256): kind Q4_K, the nibbles,
+// The copy of a Q4_K matrix (interleaved_kquants.cpp; k a multiple of 256): kind Q4_K, the nibbles,
 // 6-bit scales and mins and f16 d, −dmin as stored, so that d·sc and −dmin·m (both exact in F32)
 // dequantize to the GGUF Q4_K values bit for bit (read back by deinterleave_q4_k_row).
 std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, ThreadPool* pool = nullptr);
 void deinterleave_q4_k_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);
-// The copy of a Q5_K matrix (interleaved_q4k.cpp; k a multiple of 256): as Q4_K's, an affine copy
+// The copy of a Q5_K matrix (interleaved_kquants.cpp; k a multiple of 256): as Q4_K's, an affine copy
 // (kind Affine5: Q5_1's code words, F32 scale d·sc and bias −(dmin·m) per 32 columns, exact).
 std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, ThreadPool* pool = nullptr);
-// The copy of a Q6_K matrix (interleaved_q6k.cpp; k a multiple of 256): kind Q6_K, codes and
+// The copy of a Q6_K matrix (interleaved_kquants.cpp; k a multiple of 256): kind Q6_K, codes and
 // scales as stored (no rounding), read back by deinterleave_q6_k_row.
 std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, ThreadPool* pool = nullptr);
 void deinterleave_q6_k_row(const InterleavedBlocks& w, int64_t j, uint8_t* row);

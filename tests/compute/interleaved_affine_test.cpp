@@ -1,4 +1,4 @@
-// mlx-lm affine 4/8-bit matrices interleaved 16 rows at a time (runtime/interleaved_blocks.h,
+// mlx-lm affine 4/8-bit matrices interleaved 16 rows at a time (compute/interleaved_blocks.h,
 // interleaved_affine.cpp), run by the block-model kernels of the GGUF copies. Weights: mx.quantize's
 // arithmetic (quantize_affine, checked bit for bit against mlx in quantized_test) on random rows, groups
 // of 32, 64 and 128 columns, BF16 and F32 scales, on awkward shapes (one row, n not a multiple of 16,
@@ -25,17 +25,14 @@
 #include "graft/core/affine_quant.h"
 #include "graft/core/error.h"
 #include "graft/compute/weight.h"
+#include "support/interleaved_test_util.h"
 #include "support/q8_test_util.h"
 #include "compute/interleaved_blocks.h"
 
 namespace graft::compute::detail {
 namespace {
 
-using test::random_blocks;
-using test::random_x;
-using test::check_activation_rounding;
-using test::run_matrix;
-using test::expect_many_equals_each;
+using namespace graft::test;
 
 struct Case {
   int bits, group;
@@ -70,16 +67,6 @@ AffineQuantized random_affine(const Case& c, uint32_t seed) {
   return quantize_affine(Tensor::owned(DType::F32, {c.n, c.k}, std::move(bytes)), c.bits, c.group, c.scale_dtype);
 }
 
-std::vector<float> run(const compute::InterleavedBlocks& b, const std::vector<float>& x, int64_t m, Q8Kernel kernel) {
-  compute::detail::Q8Activations act;
-  compute::detail::quantize_activations(x.data(), m, b.k, act);
-  ThreadPool pool(1);
-  compute::detail::prepare_interleaved(act, kernel, pool);
-  std::vector<float> y(static_cast<size_t>(m * b.n), -1.0f);
-  compute::detail::interleaved_cols(b, act, y.data(), b.n, false, 0, b.n, kernel);
-  return y;
-}
-
 TEST(InterleavedAffine, EveryRowReadsBackAsMlxStoresIt) {
   for (const Case& c : cases()) {
     const AffineQuantized q = random_affine(c, 3);
@@ -111,7 +98,7 @@ TEST(InterleavedAffine, RefusesTheOtherInverse) {
 class InterleavedAffineKernel : public ::testing::TestWithParam<Q8Kernel> {
  protected:
   void SetUp() override {
-    if (!compute::detail::q8_kernel_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << compute::detail::q8_kernel_name(GetParam());
+    if (skip_unless_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << kernel_name(GetParam());
   }
 };
 
@@ -119,7 +106,7 @@ TEST_P(InterleavedAffineKernel, EqualsTheBlockModel) {
   for (const Case& c : cases()) {
     const auto b = compute::interleave_affine(random_affine(c, 5));
     const auto x = random_x(c.m, c.k, 7);
-    EXPECT_EQ(run(*b, x, c.m, GetParam()), run(*b, x, c.m, Q8Kernel::Scalar)) << name(c);
+    EXPECT_EQ(run_interleaved(*b, x.data(), c.m, GetParam()), run_interleaved(*b, x.data(), c.m, Q8Kernel::Scalar)) << name(c);
   }
 }
 
@@ -159,20 +146,19 @@ TEST_P(InterleavedAffineKernel, EqualsTheBlockModelAtExtremeCodes) {
       const AffineQuantized q = make_affine_quantized(Tensor::owned(DType::U32, {n, words}, packed), as_tensor(sc, n),
                                                       as_tensor(bi, n), bits, group, n, k, "extreme");
       const auto b = compute::interleave_affine(q);
-      EXPECT_EQ(run(*b, x, m, GetParam()), run(*b, x, m, Q8Kernel::Scalar)) << bits << "-bit g" << group;
+      EXPECT_EQ(run_interleaved(*b, x.data(), m, GetParam()), run_interleaved(*b, x.data(), m, Q8Kernel::Scalar)) << bits << "-bit g" << group;
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(InterleavedSimd, InterleavedAffineKernel,
-                         ::testing::Values(Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni),
-                         [](const auto& info) { return std::string(compute::detail::q8_kernel_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(InterleavedSimd, InterleavedAffineKernel, ::testing::ValuesIn(kSimdKernels),
+                         [](const auto& info) { return kernel_name(info.param); });
 
 TEST(InterleavedAffine, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
   for (const Case& c : cases()) {
     const AffineQuantized q = random_affine(c, 11);
     const auto b = compute::interleave_affine(q);
     const auto x = random_x(c.m, c.k, 13);
-    const auto got = run(*b, x, c.m, Q8Kernel::Scalar);
+    const auto got = run_interleaved(*b, x.data(), c.m, Q8Kernel::Scalar);
     const double worst = check_activation_rounding(got, x, c.m, c.k, dequantize_affine(q), name(c));
     if (c.k >= 160 && c.m > 1) {
       EXPECT_GT(worst, 0.002) << name(c);  // the bound is not vacuous
@@ -196,7 +182,7 @@ TEST(InterleavedAffine, PrefillRowsEqualDecodeRowsAndThreadCountsAgree) {
     const auto all = run_matrix(w, x.data(), m, 1);
     EXPECT_EQ(all, run_matrix(w, x.data(), m, 3)) << bits;
     // The matrix's own kernel (not matmul_affine's F32 one): the scalar block model's values.
-    EXPECT_EQ(all, run(*w.interleaved, x, m, Q8Kernel::Scalar)) << bits;
+    EXPECT_EQ(all, run_interleaved(*w.interleaved, x.data(), m, Q8Kernel::Scalar)) << bits;
     for (int64_t i = 0; i < m; ++i) {
       const auto one = run_matrix(w, x.data() + i * k, 1, 2);
       for (int64_t j = 0; j < n; ++j) ASSERT_EQ(one[j], all[i * n + j]) << bits << "-bit row " << i;

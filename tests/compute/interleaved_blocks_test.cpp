@@ -1,4 +1,4 @@
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights interleaved 16 rows at a time (runtime/interleaved_blocks.h). Weights:
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights interleaved 16 rows at a time (compute/interleaved_blocks.h). Weights:
 // random blocks on awkward shapes (one row, n not a multiple of 16, one block, k an odd number of blocks).
 // Tolerances, and why:
 //   - the layout: every row read back from the copy equals the GGUF row byte for byte (Q4_K's and
@@ -22,41 +22,26 @@
 #include <cstdlib>
 #include <string>
 #include <cstring>
+#include <span>
+#include <tuple>
 #include <vector>
 
 #include "graft/core/error.h"
 #include "graft/core/gguf_blocks.h"
 #include "graft/compute/weight.h"
+#include "support/interleaved_test_util.h"
 #include "support/q8_test_util.h"
 
 namespace graft::compute::detail {
 namespace {
 
-using test::random_blocks;
-using test::random_x;
-using test::check_activation_rounding;
-using test::run_matrix;
-using test::expect_many_equals_each;
+using namespace graft::test;
 
 const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
 struct Shape3 { int64_t m, n, k; };
 // m = 9, 20: the kernels' tiles of eight activation rows plus a remainder.
 const Shape3 kShapes[] = {{1, 1, 32},   {1, 16, 96}, {3, 17, 64}, {5, 40, 576},
                           {9, 33, 160}, {2, 15, 32}, {20, 17, 96}};
-
-// The SIMD group kernels, each tested where the CPU has it.
-const Q8Kernel kSimd[] = {Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni};
-
-std::vector<float> run(const compute::InterleavedBlocks& b, const float* x, int64_t m, Q8Kernel kernel, int64_t j0 = 0,
-                       int64_t j1 = -1) {
-  compute::detail::Q8Activations act;
-  compute::detail::quantize_activations(x, m, b.k, act);
-  ThreadPool pool(1);
-  compute::detail::prepare_interleaved(act, kernel, pool);
-  std::vector<float> y(static_cast<size_t>(m * b.n), -1.0f);
-  compute::detail::interleaved_cols(b, act, y.data(), b.n, false, j0, j1 < 0 ? b.n : j1, kernel);
-  return y;
-}
 
 TEST(InterleavedBlocks, EveryRowReadsBackAsTheGgufRow) {
   for (DType t : kTypes)
@@ -103,7 +88,7 @@ TEST(InterleavedBlocks, RefusesOtherFormats) {
 class InterleavedKernel : public ::testing::TestWithParam<Q8Kernel> {
  protected:
   void SetUp() override {
-    if (!compute::detail::q8_kernel_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << compute::detail::q8_kernel_name(GetParam());
+    if (skip_unless_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << kernel_name(GetParam());
   }
 };
 
@@ -112,7 +97,7 @@ TEST_P(InterleavedKernel, EqualsTheBlockModel) {
     for (const auto& s : kShapes) {
       const auto b = compute::interleave_blocks(random_blocks(t, s.n, s.k, 5));
       const auto x = random_x(s.m, s.k, 7);
-      EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
+      EXPECT_EQ(run_interleaved(*b, x.data(), s.m, GetParam()), run_interleaved(*b, x.data(), s.m, Q8Kernel::Scalar))
           << dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
 }
@@ -123,11 +108,7 @@ TEST_P(InterleavedKernel, EqualsTheBlockModel) {
 // activations ±127, in sign patterns that make the pairs add up, cancel, and mix.
 TEST_P(InterleavedKernel, EqualsTheBlockModelAtExtremeCodes) {
   const int64_t m = 5, n = 24, k = 128;
-  // Activation rows: all +1, all −1, then signs alternating every 1, 2 and 3 columns; every block's
-  // max |x| is 1, so the codes are ±127.
-  std::vector<float> x(static_cast<size_t>(m * k));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : (c / (i - 1)) % 2 ? 1.0f : -1.0f;
+  const auto x = extreme_x(m, k);  // all +1, all −1, then signs alternating every 1, 2 and 3 columns
   compute::detail::Q8Activations act;
   compute::detail::quantize_activations(x.data(), m, k, act);
   ASSERT_EQ(act.q[0], 127);
@@ -146,12 +127,12 @@ TEST_P(InterleavedKernel, EqualsTheBlockModelAtExtremeCodes) {
         bytes[blk * bb + at + c] = t == DType::Q8_0 ? (lowest ? 0x80 : 0x7f) : (lowest ? 0x00 : 0xff);
       }
     const auto b = compute::interleave_blocks(w);
-    EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar)) << dtype_name(t);
+    EXPECT_EQ(run_interleaved(*b, x.data(), m, GetParam()), run_interleaved(*b, x.data(), m, Q8Kernel::Scalar)) << dtype_name(t);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(InterleavedSimd, InterleavedKernel, ::testing::ValuesIn(kSimd),
-                         [](const auto& info) { return std::string(compute::detail::q8_kernel_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(InterleavedSimd, InterleavedKernel, ::testing::ValuesIn(kSimdKernels),
+                         [](const auto& info) { return kernel_name(info.param); });
 
 TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
   for (DType t : kTypes)
@@ -159,7 +140,7 @@ TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
       const Tensor w = random_blocks(t, s.n, s.k, 11);
       const auto b = compute::interleave_blocks(w);
       const auto x = random_x(s.m, s.k, 13);
-      const auto got = run(*b, x.data(), s.m, Q8Kernel::Scalar);
+      const auto got = run_interleaved(*b, x.data(), s.m, Q8Kernel::Scalar);
       const double worst = check_activation_rounding(got, x, s.m, s.k, w, std::string(dtype_name(t)));
       if (s.k >= 160) {
         EXPECT_GT(worst, 0.002) << dtype_name(t);  // the bound is not vacuous
@@ -170,8 +151,8 @@ TEST(InterleavedBlocks, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
 TEST(InterleavedBlocks, ColumnRangesWriteOnlyTheirColumns) {
   const auto b = compute::interleave_blocks(random_blocks(DType::Q4_0, 40, 96, 17));
   const auto x = random_x(3, 96, 19);
-  const auto all = run(*b, x.data(), 3, compute::detail::best_q8_kernel());
-  const auto part = run(*b, x.data(), 3, compute::detail::best_q8_kernel(), 5, 21);  // cuts two groups
+  const auto all = run_interleaved(*b, x.data(), 3, compute::detail::best_q8_kernel());
+  const auto part = run_interleaved(*b, x.data(), 3, compute::detail::best_q8_kernel(), 5, 21);  // cuts two groups
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t j = 0; j < 40; ++j)
       EXPECT_EQ(part[i * 40 + j], j >= 5 && j < 21 ? all[i * 40 + j] : -1.0f) << "row " << i << " column " << j;
@@ -234,10 +215,15 @@ TEST(InterleavedBlocks, PrepareWeightsCopiesOnlyWhereTheKernelRuns) {
                                                     std::string(std::getenv("GRAFT_Q8_INTERLEAVE")) == "0"));
 }
 
-// GGUF Q4_K in its own interleaved kind (interleave_q4_k): nibble words, 6-bit scales and mins,
-// f16 d and −dmin. Shapes: k whole super-blocks; n one row, one group short or one row over, several groups.
+// The k-quants (Q4_K, Q5_K, Q6_K; interleaved_kquants.cpp): whole super-blocks, each format on its
+// shapes, random weights and weights at the ends of their codes and scales.
+// Q4_K's shapes: n one row, one group short or one row over, several groups.
 const Shape3 kShapesQ4K[] = {{1, 1, 256},   {2, 15, 512},  {3, 17, 768}, {8, 33, 256},
                              {9, 17, 512},  {16, 15, 256}, {20, 33, 768}};
+// Q5_K's and Q6_K's: activation rows 1, 3, 8 (one tile), 9, 17 (tiles and a remainder); n one row,
+// one short of a group, one over, several groups.
+const Shape3 kShapesQ6K[] = {{1, 1, 256},  {3, 17, 512}, {8, 15, 256}, {17, 33, 768},
+                             {1, 16, 512}, {9, 40, 256}, {2, 31, 1024}};
 
 // Row j of the copy dequantized from its layout ((d·sc)·q + (−dmin)·m per block of 32), as F32.
 std::vector<float> dequantized_copy_row(const compute::InterleavedBlocks& b, int64_t j) {
@@ -293,159 +279,30 @@ AffineQuantized affine_of_q4_k(const Tensor& w) {
   return a;
 }
 
-// Every code lowest (nibble 0) or highest (15) by column pattern, and sub-block scales and mins
-// at 63 (every packed scale bit set) in every other super-block.
-Tensor extreme_q4_k(int64_t n, int64_t k, uint32_t seed) {
-  Tensor w = random_blocks(DType::Q4_K, n, k, seed);
+// Weights at the ends of their ranges: codes lowest (every code bit clear: nibble 0, q = 0),
+// highest (all set: 15, 31, 63) or mixed, by super-block; and in every other super-block the scales at
+// their extremes (Q4_K, Q5_K: 6-bit scales and mins at 63, every packed bit set; Q6_K: int8 scales at
+// −128 and 127).
+Tensor extreme_kquant(DType t, int64_t n, int64_t k, uint32_t seed) {
+  Tensor w = random_blocks(t, n, k, seed);
   auto* bytes = static_cast<uint8_t*>(const_cast<void*>(w.data));
+  const int64_t super_bytes = dtype_block_bytes(t);
+  // The code bytes of a super-block: Q4_K qs, Q5_K qh and qs (after d, dmin, scales), Q6_K ql and qh.
+  const int codes_at = t == DType::Q6_K ? 0 : 16, codes_end = t == DType::Q6_K ? 192 : static_cast<int>(super_bytes);
   for (int64_t sb = 0; sb < n * k / 256; ++sb) {
-    uint8_t* p = bytes + sb * 144;
-    if (sb % 2 == 0) std::memset(p + 4, 0xff, 12);
-    for (int c = 0; c < 128; ++c) p[16 + c] = sb % 3 == 0 ? 0x00 : sb % 3 == 1 ? 0xff : (c % 2 ? 0x0f : 0xf0);
-  }
-  return w;
-}
-
-TEST(InterleavedQ4K, EveryRowReadsBackAsTheGgufRowAndDequantizesToItsValues) {
-  for (uint32_t seed : {61u, 62u})
-    for (const auto& s : kShapesQ4K) {
-      const Tensor w = seed == 61 ? random_blocks(DType::Q4_K, s.n, s.k, seed) : extreme_q4_k(s.n, s.k, seed);
-      const auto b = compute::interleave_blocks(w);
-      EXPECT_EQ(b->kind, compute::InterleavedKind::Q4_K);
-      EXPECT_EQ(b->groups(), (s.n + 15) / 16);
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
-      EXPECT_EQ(b->group_bytes, b->blocks * (256 + 40));  // 4.625 bits a weight
-      std::vector<float> ref(static_cast<size_t>(s.k));
-      const int64_t row_bytes = dtype_bytes(DType::Q4_K, s.k);
-      std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
-      for (int64_t j = 0; j < s.n; ++j) {
-        const uint8_t* gguf = static_cast<const uint8_t*>(w.data) + j * row_bytes;
-        compute::deinterleave_row(*b, j, row.data());
-        ASSERT_EQ(std::memcmp(row.data(), gguf, row_bytes), 0) << "row " << j << " of " << s.n << " k=" << s.k;
-        dequantize_gguf_blocks(DType::Q4_K, gguf, ref.data(), s.k);
-        const auto got = dequantized_copy_row(*b, j);
-        ASSERT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "row " << j << " of " << s.n << " k=" << s.k;
-      }
-    }
-}
-
-// The Q4_K kind computes what the affine copy with F32 parameters per block (its layout before,
-// 128 bytes of parameters a block instead of 40) computed: the same numbers, bit for bit, on every kernel.
-TEST(InterleavedQ4K, EqualsTheAffineCopyWithF32Parameters) {
-  for (const auto& s : kShapesQ4K)
-    for (const Tensor& w : {random_blocks(DType::Q4_K, s.n, s.k, 63), extreme_q4_k(s.n, s.k, 65)}) {
-      const auto x = random_x(s.m, s.k, 66);
-      const auto q4k = compute::interleave_q4_k(w);
-      const auto affine = compute::interleave_affine(affine_of_q4_k(w));
-      ASSERT_EQ(affine->kind, compute::InterleavedKind::Affine4);
-      for (Q8Kernel kernel : {Q8Kernel::Scalar, Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni}) {
-        if (!compute::detail::q8_kernel_supported(kernel)) continue;
-        EXPECT_EQ(run(*q4k, x.data(), s.m, kernel), run(*affine, x.data(), s.m, kernel))
-            << compute::detail::q8_kernel_name(kernel) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
-      }
-    }
-}
-
-TEST_P(InterleavedKernel, Q4KEqualsTheBlockModel) {
-  for (const auto& s : kShapesQ4K) {
-    const auto x = random_x(s.m, s.k, 67);
-    for (const Tensor& w : {random_blocks(DType::Q4_K, s.n, s.k, 71), extreme_q4_k(s.n, s.k, 73)}) {
-      const auto b = compute::interleave_q4_k(w);
-      EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
-          << "m=" << s.m << " n=" << s.n << " k=" << s.k;
-    }
-  }
-  // Activations at ±127 against the extreme codes (the pairs of a naive maddubs would add up).
-  const int64_t m = 3, n = 17, k = 512;
-  std::vector<float> x(static_cast<size_t>(m * k));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : c % 2 ? 1.0f : -1.0f;
-  const auto b = compute::interleave_q4_k(extreme_q4_k(n, k, 79));
-  EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar));
-}
-
-TEST(InterleavedQ4K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
-  double worst = 0;
-  for (const auto& s : kShapesQ4K) {
-    const Tensor w = random_blocks(DType::Q4_K, s.n, s.k, 83);
-    const auto x = random_x(s.m, s.k, 89);
-    const auto got = run(*compute::interleave_q4_k(w), x.data(), s.m, Q8Kernel::Scalar);
-    worst = std::max(worst, check_activation_rounding(got, x, s.m, s.k, w, "Q4_K"));
-  }
-  EXPECT_GT(worst, 0.002);  // the bound is not vacuous
-}
-
-// GGUF Q6_K in its own interleaved kind (interleave_q6_k): 6-bit codes, a scale per 16 columns.
-// Shapes: whole super-blocks; activation rows 1, 3, 8 (one tile), 9, 17 (tiles and a remainder);
-// n one row, one short of a group, one over, several groups.
-const Shape3 kShapesQ6K[] = {{1, 1, 256},  {3, 17, 512}, {8, 15, 256}, {17, 33, 768},
-                             {1, 16, 512}, {9, 40, 256}, {2, 31, 1024}};
-
-// Codes lowest (q = 0: every ql and qh bit clear), highest (63: all set) or mixed, by super-block,
-// and the int8 scales at −128 and 127 in every other super-block.
-Tensor extreme_q6_k(int64_t n, int64_t k, uint32_t seed) {
-  Tensor w = random_blocks(DType::Q6_K, n, k, seed);
-  auto* bytes = static_cast<uint8_t*>(const_cast<void*>(w.data));
-  for (int64_t sb = 0; sb < n * k / 256; ++sb) {
-    uint8_t* p = bytes + sb * 210;
-    for (int c = 0; c < 192; ++c) p[c] = sb % 3 == 0 ? 0x00 : sb % 3 == 1 ? 0xff : (c % 2 ? 0x0f : 0xf0);
-    if (sb % 2 == 0)
+    uint8_t* p = bytes + sb * super_bytes;
+    for (int c = codes_at; c < codes_end; ++c) p[c] = sb % 3 == 0 ? 0x00 : sb % 3 == 1 ? 0xff : (c % 2 ? 0x0f : 0xf0);
+    if (sb % 2 != 0) continue;
+    if (t == DType::Q6_K)
       for (int s = 0; s < 16; ++s) p[192 + s] = s % 2 ? 0x80 : 0x7f;
+    else
+      std::memset(p + 4, 0xff, 12);
   }
   return w;
 }
 
-TEST(InterleavedQ6K, EveryRowReadsBackAsTheGgufRow) {
-  for (uint32_t seed : {91u, 92u})
-    for (const auto& s : kShapesQ6K) {
-      const Tensor w = seed == 91 ? random_blocks(DType::Q6_K, s.n, s.k, seed) : extreme_q6_k(s.n, s.k, seed);
-      const auto b = compute::interleave_blocks(w);
-      EXPECT_EQ(b->kind, compute::InterleavedKind::Q6_K);
-      EXPECT_EQ(b->groups(), (s.n + 15) / 16);
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
-      EXPECT_EQ(b->group_bytes, b->blocks * (384 + 40));  // 6.625 bits a weight
-      const int64_t row_bytes = dtype_bytes(DType::Q6_K, s.k);
-      std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
-      for (int64_t j = 0; j < s.n; ++j) {
-        compute::deinterleave_row(*b, j, row.data());
-        ASSERT_EQ(std::memcmp(row.data(), static_cast<const uint8_t*>(w.data) + j * row_bytes, row_bytes), 0)
-            << "row " << j << " of " << s.n << " k=" << s.k;
-      }
-    }
-}
-
-TEST_P(InterleavedKernel, Q6KEqualsTheBlockModel) {
-  for (const auto& s : kShapesQ6K) {
-    const auto x = random_x(s.m, s.k, 93);
-    for (const Tensor& w : {random_blocks(DType::Q6_K, s.n, s.k, 95), extreme_q6_k(s.n, s.k, 97)}) {
-      const auto b = compute::interleave_blocks(w);
-      EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
-          << "m=" << s.m << " n=" << s.n << " k=" << s.k;
-    }
-  }
-  // Activations at ±127 against the extreme codes (AVX2's shifted codes reach −128: maddubs pairs at
-  // 2·128·127, one short of saturating).
-  const int64_t m = 3, n = 17, k = 768;
-  std::vector<float> x(static_cast<size_t>(m * k));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : c % 2 ? 1.0f : -1.0f;
-  const auto b = compute::interleave_blocks(extreme_q6_k(n, k, 99));
-  EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar));
-}
-
-TEST(InterleavedQ6K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
-  double worst = 0;
-  for (const auto& s : kShapesQ6K)
-    for (const Tensor& w : {random_blocks(DType::Q6_K, s.n, s.k, 101), extreme_q6_k(s.n, s.k, 103)}) {
-      const auto x = random_x(s.m, s.k, 107);
-      const auto got = run(*compute::interleave_blocks(w), x.data(), s.m, Q8Kernel::Scalar);
-      worst = std::max(worst, check_activation_rounding(got, x, s.m, s.k, w, "Q6_K"));
-    }
-  EXPECT_GT(worst, 0.002);  // the bound is not vacuous
-}
-
-// GGUF Q5_K, copied as affine 5-bit (kind Affine5: Q5_1's code words, an F32 scale and bias per 32
-// columns; interleave_q5_k), on Q4_K's shapes.
+// Q5_K is copied as affine 5-bit (kind Affine5: Q5_1's code words, an F32 scale and bias per 32
+// columns).
 // Row j of the copy dequantized from its layout (nibble and fifth bit, scale·q + bias per block).
 std::vector<float> dequantized_q5k_copy_row(const compute::InterleavedBlocks& b, int64_t j) {
   const int64_t g = j / 16, r = j % 16;
@@ -463,62 +320,125 @@ std::vector<float> dequantized_q5k_copy_row(const compute::InterleavedBlocks& b,
   return row;
 }
 
-// Codes lowest (every qs and qh bit clear), highest (all set) or mixed by super-block, and the
-// 6-bit scales and mins at 63 in every other super-block.
-Tensor extreme_q5_k(int64_t n, int64_t k, uint32_t seed) {
-  Tensor w = random_blocks(DType::Q5_K, n, k, seed);
-  auto* bytes = static_cast<uint8_t*>(const_cast<void*>(w.data));
-  for (int64_t sb = 0; sb < n * k / 256; ++sb) {
-    uint8_t* p = bytes + sb * 176;
-    if (sb % 2 == 0) std::memset(p + 4, 0xff, 12);
-    for (int c = 0; c < 160; ++c) p[16 + c] = sb % 3 == 0 ? 0x00 : sb % 3 == 1 ? 0xff : (c % 2 ? 0x0f : 0xf0);
-  }
-  return w;
+// What each k-quant's copy is and how it is checked.
+struct KQuant {
+  DType type;
+  compute::InterleavedKind kind;
+  std::span<const Shape3> shapes;
+  // Row j of the copy dequantized from its layout (null: the format is checked by its bytes alone).
+  std::vector<float> (*dequantized_copy_row)(const compute::InterleavedBlocks& b, int64_t j);
+  bool reads_back;          // deinterleave_row gives the GGUF bytes (not Q5_K's affine copy)
+  int64_t block_bytes;      // the copy's bytes per block of 16 rows x 32 columns (0: not checked)
+};
+const KQuant kKQuants[] = {
+    {DType::Q4_K, compute::InterleavedKind::Q4_K, kShapesQ4K, dequantized_copy_row, true,
+     256 + 40},  // 4.625 bits a weight
+    {DType::Q5_K, compute::InterleavedKind::Affine5, kShapesQ6K, dequantized_q5k_copy_row, false, 0},
+    {DType::Q6_K, compute::InterleavedKind::Q6_K, kShapesQ6K, nullptr, true, 384 + 40},  // 6.625 bits
+};
+// Both weights of a case: random blocks, and the extreme ones.
+std::vector<Tensor> kquant_weights(const KQuant& q, const Shape3& s, uint32_t seed) {
+  std::vector<Tensor> out;
+  out.push_back(random_blocks(q.type, s.n, s.k, seed));
+  out.push_back(extreme_kquant(q.type, s.n, s.k, seed + 1));
+  return out;
 }
 
-TEST(InterleavedQ5K, CopyDequantizesToTheGgufValuesBitForBit) {
-  for (uint32_t seed : {111u, 112u})
-    for (const auto& s : kShapesQ6K) {
-      const Tensor w = seed == 111 ? random_blocks(DType::Q5_K, s.n, s.k, seed) : extreme_q5_k(s.n, s.k, seed);
+class KQuantFormat : public ::testing::TestWithParam<int> {
+ protected:
+  const KQuant& q() const { return kKQuants[GetParam()]; }
+};
+INSTANTIATE_TEST_SUITE_P(Formats, KQuantFormat, ::testing::Range(0, 3),
+                         [](const auto& info) { return std::string(dtype_name(kKQuants[info.param].type)); });
+
+// The layout: every row of the copy reads back as the GGUF row byte for byte (Q4_K, Q6_K), and
+// dequantizes to the GGUF dequantizer's F32 values bit for bit (Q4_K, Q5_K).
+TEST_P(KQuantFormat, EveryRowReadsBackAsTheGgufRowOrItsValues) {
+  for (const auto& s : q().shapes)
+    for (const Tensor& w : kquant_weights(q(), s, 61)) {
       const auto b = compute::interleave_blocks(w);
-      EXPECT_EQ(b->kind, compute::InterleavedKind::Affine5);
+      EXPECT_EQ(b->kind, q().kind);
       EXPECT_EQ(b->groups(), (s.n + 15) / 16);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b->base) % 64, 0u);
+      if (q().block_bytes) {
+        EXPECT_EQ(b->group_bytes, b->blocks * q().block_bytes);
+      }
       std::vector<float> ref(static_cast<size_t>(s.k));
-      const int64_t row_bytes = dtype_bytes(DType::Q5_K, s.k);
+      const int64_t row_bytes = dtype_bytes(q().type, s.k);
+      std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
       for (int64_t j = 0; j < s.n; ++j) {
-        dequantize_gguf_blocks(DType::Q5_K, static_cast<const uint8_t*>(w.data) + j * row_bytes, ref.data(), s.k);
-        const auto got = dequantized_q5k_copy_row(*b, j);
-        ASSERT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "row " << j << " of " << s.n << " k=" << s.k;
+        const uint8_t* gguf = static_cast<const uint8_t*>(w.data) + j * row_bytes;
+        if (q().reads_back) {
+          compute::deinterleave_row(*b, j, row.data());
+          ASSERT_EQ(std::memcmp(row.data(), gguf, row_bytes), 0) << "row " << j << " of " << s.n << " k=" << s.k;
+        }
+        if (q().dequantized_copy_row) {
+          dequantize_gguf_blocks(q().type, gguf, ref.data(), s.k);
+          const auto got = q().dequantized_copy_row(*b, j);
+          ASSERT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "row " << j << " of " << s.n << " k=" << s.k;
+        }
       }
     }
 }
 
-TEST_P(InterleavedKernel, Q5KEqualsTheBlockModel) {
-  for (const auto& s : kShapesQ6K) {
-    const auto x = random_x(s.m, s.k, 113);
-    for (const Tensor& w : {random_blocks(DType::Q5_K, s.n, s.k, 115), extreme_q5_k(s.n, s.k, 117)}) {
+TEST_P(KQuantFormat, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
+  double worst = 0;
+  for (const auto& s : q().shapes)
+    for (const Tensor& w : kquant_weights(q(), s, 83)) {
+      const auto x = random_x(s.m, s.k, 89);
+      const auto got = run_interleaved(*compute::interleave_blocks(w), x.data(), s.m, Q8Kernel::Scalar);
+      worst = std::max(worst, check_activation_rounding(got, x, s.m, s.k, w, std::string(dtype_name(q().type))));
+    }
+  EXPECT_GT(worst, 0.002);  // the bound is not vacuous
+}
+
+class KQuantKernel : public ::testing::TestWithParam<std::tuple<int, Q8Kernel>> {
+ protected:
+  void SetUp() override {
+    if (skip_unless_supported(kernel())) GTEST_SKIP() << "the CPU lacks " << kernel_name(kernel());
+  }
+  const KQuant& q() const { return kKQuants[std::get<0>(GetParam())]; }
+  Q8Kernel kernel() const { return std::get<1>(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(InterleavedSimd, KQuantKernel, ::testing::Combine(::testing::Range(0, 3), ::testing::ValuesIn(kSimdKernels)),
+                         [](const auto& info) {
+                           return std::string(dtype_name(kKQuants[std::get<0>(info.param)].type)) + "_" +
+                                  kernel_name(std::get<1>(info.param));
+                         });
+
+// Each SIMD kernel against the scalar block model: on every shape, and with activations at ±127
+// against the extreme codes (AVX2's shifted Q6_K codes reach −128: maddubs pairs at 2·128·127, one
+// short of saturating).
+TEST_P(KQuantKernel, EqualsTheBlockModel) {
+  for (const auto& s : q().shapes) {
+    const auto x = random_x(s.m, s.k, 67);
+    for (const Tensor& w : kquant_weights(q(), s, 71)) {
       const auto b = compute::interleave_blocks(w);
-      EXPECT_EQ(run(*b, x.data(), s.m, GetParam()), run(*b, x.data(), s.m, Q8Kernel::Scalar))
+      EXPECT_EQ(run_interleaved(*b, x.data(), s.m, kernel()), run_interleaved(*b, x.data(), s.m, Q8Kernel::Scalar))
           << "m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
   }
-  const int64_t m = 3, n = 17, k = 512;  // activations at ±127 against the extreme codes
-  std::vector<float> x(static_cast<size_t>(m * k));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : c % 2 ? 1.0f : -1.0f;
-  const auto b = compute::interleave_blocks(extreme_q5_k(n, k, 119));
-  EXPECT_EQ(run(*b, x.data(), m, GetParam()), run(*b, x.data(), m, Q8Kernel::Scalar));
+  const int64_t m = 3, n = 17, k = 768;
+  const auto x = extreme_x(m, k);
+  const auto b = compute::interleave_blocks(extreme_kquant(q().type, n, k, 79));
+  EXPECT_EQ(run_interleaved(*b, x.data(), m, kernel()), run_interleaved(*b, x.data(), m, Q8Kernel::Scalar));
 }
 
-TEST(InterleavedQ5K, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
-  double worst = 0;
-  for (const auto& s : kShapesQ6K) {
-    const Tensor w = random_blocks(DType::Q5_K, s.n, s.k, 121);
-    const auto x = random_x(s.m, s.k, 123);
-    worst = std::max(worst, check_activation_rounding(run(*compute::interleave_blocks(w), x.data(), s.m, Q8Kernel::Scalar), x,
-                                                      s.m, s.k, w, "Q5_K"));
-  }
-  EXPECT_GT(worst, 0.002);  // the bound is not vacuous
+// The Q4_K kind computes what the affine copy with F32 parameters per block (its layout before,
+// 128 bytes of parameters a block instead of 40) computed: the same numbers, bit for bit, on every kernel.
+TEST(InterleavedQ4K, EqualsTheAffineCopyWithF32Parameters) {
+  for (const auto& s : kShapesQ4K)
+    for (const Tensor& w : {random_blocks(DType::Q4_K, s.n, s.k, 63), extreme_kquant(DType::Q4_K, s.n, s.k, 65)}) {
+      const auto x = random_x(s.m, s.k, 66);
+      const auto q4k = compute::interleave_q4_k(w);
+      const auto affine = compute::interleave_affine(affine_of_q4_k(w));
+      ASSERT_EQ(affine->kind, compute::InterleavedKind::Affine4);
+      for (Q8Kernel kernel : {Q8Kernel::Scalar, Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni}) {
+        if (!compute::detail::q8_kernel_supported(kernel)) continue;
+        EXPECT_EQ(run_interleaved(*q4k, x.data(), s.m, kernel), run_interleaved(*affine, x.data(), s.m, kernel))
+            << compute::detail::q8_kernel_name(kernel) << " m=" << s.m << " n=" << s.n << " k=" << s.k;
+      }
+    }
 }
 
 }  // namespace

@@ -12,8 +12,7 @@
 
 #include "graft/core/gguf_blocks.h"
 #include "graft/core/tensor.h"
-#include "graft/model/weights.h"
-#include "graft/runtime/kernels.h"
+#include "graft/compute/weight.h"
 #include "graft/core/thread_pool.h"
 
 namespace graft::test {
@@ -82,7 +81,7 @@ inline double check_activation_rounding(const std::vector<float>& got, const std
 }
 
 // y = x · wᵀ through the public entry point on a prepared matrix, as a model runs it.
-inline std::vector<float> run_matrix(const model::Matrix& w, const float* x, int64_t m, int threads) {
+inline std::vector<float> run_matrix(const compute::Weight& w, const float* x, int64_t m, int threads) {
   ThreadPool pool(threads);
   std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
   compute::matmul(pool, x, m, w, y.data());
@@ -91,16 +90,16 @@ inline std::vector<float> run_matrix(const model::Matrix& w, const float* x, int
 
 // matmul_many over `ws` (one call, 2 threads: their columns share the parallel split) gives each
 // matrix the bits of its own matmul.
-inline void expect_many_equals_each(std::initializer_list<const model::Matrix*> ws, const float* x, int64_t m) {
+inline void expect_many_equals_each(std::initializer_list<const compute::Weight*> ws, const float* x, int64_t m) {
   ThreadPool pool(2);
   std::vector<std::vector<float>> ys;
   std::vector<compute::MatmulTarget> targets;
-  for (const model::Matrix* w : ws) ys.emplace_back(static_cast<size_t>(m * w->rows));
+  for (const compute::Weight* w : ws) ys.emplace_back(static_cast<size_t>(m * w->rows));
   size_t i = 0;
-  for (const model::Matrix* w : ws) targets.push_back({w, ys[i++].data()});
+  for (const compute::Weight* w : ws) targets.push_back({w, ys[i++].data()});
   compute::matmul_many(pool, x, m, targets);
   i = 0;
-  for (const model::Matrix* w : ws) EXPECT_EQ(ys[i++], run_matrix(*w, x, m, 1)) << "matrix " << i - 1;
+  for (const compute::Weight* w : ws) EXPECT_EQ(ys[i++], run_matrix(*w, x, m, 1)) << "matrix " << i - 1;
 }
 
 }  // namespace graft::test

@@ -1,0 +1,217 @@
+// GGUF k-quant matrices (Q4_K, Q5_K, Q6_K) copied into the interleaved layout of
+// interleaved_blocks.h, and (Q4_K, Q6_K) read back. One driver (interleave_super_blocks) walks every
+// 256-column super-block of every row; each format says only how one super-block lands in the copy.
+//
+// Q4_K (kind Q4_K: nibble words as Q4_1's, the 6-bit scales and mins as bytes, f16 d and −dmin per
+// super-block). Why this is exact: a Q4_K super-block dequantizes sub-block s (columns 32s ..
+// 32s + 31) as w = (d·sc[s])·q − dmin·m[s], q the unsigned nibble (low nibbles of qs[32(s/2) ..] for
+// even s, high nibbles for odd s). d and dmin are f16 (11-bit significands), sc and m 6-bit, so
+// d·sc and dmin·m are exact in F32: the kernels' block scale d·sc and min (−dmin)·m dequantize to
+// the same F32 values, bit for bit (scale·q + (−b) is the same rounding as scale·q − b).
+//
+// Q5_K: an Affine5 copy with one F32 parameter record per block of 32 columns (param_shift 0), which
+// runs on the affine 5-bit kernels (Q5_1's code words; no kernel of its own): the same as Q4_K with a
+// fifth bit per code (qh[c] bit s for column c of sub-block s), laid out as Q5_1's copy lays out its
+// qh: the code words of Q4, then a word of fifth bits.
+//
+// Q6_K (kind Q6_K): a super-block (210 bytes: ql[128], qh[64], int8 scales[16], f16 d) dequantizes
+// column e as d·sc[e/16]·(q − 32), q = low | high << 4 with (h = e/128, s = (e % 128)/32, l = e % 32)
+// low = nibble s/2 of ql[64h + 32(s % 2) + l] (low nibble for s < 2) and high = bits 2s, 2s + 1 of
+// qh[32h + l]. The copy keeps q (6 bits), sc (int8) and d (widened to F32, exact) as they are, so a
+// block of 32 columns is the block model's two 16-column steps with scales d·sc (exact in F32: 11
+// significant bits times 8), and the copy reads back to the GGUF bytes (deinterleave_q6_k_row).
+#include <cstring>
+
+#include "graft/core/error.h"
+#include "graft/core/gguf_blocks.h"
+#include "compute/interleaved_blocks.h"
+
+namespace graft::compute {
+
+namespace {
+constexpr int64_t kRows = kInterleavedRows;
+constexpr int64_t kSuper = 256;            // columns of a k-quant super-block
+constexpr int64_t kQ4KBytes = 144;         // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes qs
+constexpr int64_t kQ5KBytes = 176;         // Q5_K: the same, with qh[32] before qs
+constexpr int64_t kQ6KBytes = 210;         // ql[128], qh[64], scales[16], f16 d
+
+uint32_t load_u32(const uint8_t* p) {  // four bytes, little-endian as the file stores them
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Word t (0..3) of a block's codes: byte e holds column 4t + e in its low nibble and 16 + 4t + e in
+// its high one, taken from the 4-bit field at `shift` of q[0..31]. Four bytes at a time in 32-bit
+// words (byte arrays made the compiler store bytes and load words, a store-forwarding stall per word:
+// half of the copy's time).
+uint32_t nibble_word(const uint8_t* q, int t, int shift) {
+  return ((load_u32(q + 4 * t) >> shift) & 0x0f0f0f0fu) | ((load_u32(q + 16 + 4 * t) >> shift) & 0x0f0f0f0fu) << 4;
+}
+
+// The one driver: checks w is a [n, k] `dtype` matrix with k a multiple of 256, makes an empty copy
+// of `kind` and calls super(b, g, r, sb, p) for super-block sb (bytes p) of row 16g + r, the groups
+// of rows split over the pool.
+template <class Super>
+std::shared_ptr<const InterleavedBlocks> interleave_super_blocks(const Tensor& w, ThreadPool* pool, DType dtype,
+                                                                 InterleavedKind kind, int64_t super_bytes, Super&& super) {
+  if (w.dtype != dtype || w.shape.size() != 2 || w.shape[1] % kSuper != 0)
+    fail_as(ErrorKind::kInternal, "interleave: a [n, k] ", dtype_name(dtype), " weight with k a multiple of 256, got ",
+            dtype_name(w.dtype), " ", shape_str(w.shape));
+  auto out = detail::allocate_interleaved(kind, w.shape[0], w.shape[1], 0);
+  InterleavedBlocks& b = *out;
+  const int64_t supers = b.k / kSuper, row_bytes = supers * super_bytes;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  detail::fill_rows(b, pool, [&](int64_t g, int64_t r) {
+    const uint8_t* row = src + (g * kRows + r) * row_bytes;
+    for (int64_t sb = 0; sb < supers; ++sb) super(b, g, r, sb, row + sb * super_bytes);
+  });
+  return out;
+}
+
+// Sets column e's 6-bit code q in a Q6_K super-block's ql / qh (the copy read back).
+void set_q6k_code(uint8_t* p, int e, int q) {
+  const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+  p[h * 64 + (s % 2) * 32 + l] |= static_cast<uint8_t>((q & 0x0f) << (s < 2 ? 0 : 4));
+  p[128 + h * 32 + l] |= static_cast<uint8_t>(((q >> 4) & 3) << (2 * s));
+}
+// The copy's place of column c (0..31) of a block for one row: nibble byte (word c/4 % 4, byte c % 4,
+// high nibble for c >= 16) and its high-bit pair (word 4 + c/16, byte c % 4, bits 2·(c/4 % 4)).
+struct Place {
+  int nibble_word, high_word, byte, nibble_shift, high_shift;
+};
+Place place(int c) { return {(c / 4) % 4, 4 + c / 16, c % 4, c >= 16 ? 4 : 0, 2 * ((c / 4) % 4)}; }
+}  // namespace
+
+std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, ThreadPool* pool) {
+  return interleave_super_blocks(w, pool, DType::Q4_K, InterleavedKind::Q4_K, kQ4KBytes,
+                                 [](InterleavedBlocks& b, int64_t g, int64_t r, int64_t sb, const uint8_t* p) {
+    auto* d = const_cast<uint16_t*>(b.q4k_d(g, sb * 8));
+    std::memcpy(&d[r], p, 2);
+    uint16_t dmin;
+    std::memcpy(&dmin, p + 2, 2);
+    d[kRows + r] = static_cast<uint16_t>(dmin ^ 0x8000u);  // −dmin: the f16 sign bit flipped
+    for (int s = 0; s < 8; ++s) {
+      const int64_t blk = sb * 8 + s;
+      auto* sm = const_cast<uint8_t*>(b.q4k_scales(g, blk));
+      q4k_scale_min(p + 4, s, &sm[r], &sm[kRows + r]);
+      // Sub-block s's nibble of column c: qs[32(s/2) + c], low for even s.
+      uint8_t* dst = const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4;
+      for (int t = 0; t < 4; ++t) {
+        const uint32_t word = nibble_word(p + 16 + 32 * (s / 2), t, 4 * (s % 2));
+        std::memcpy(dst + t * 64, &word, 4);
+      }
+    }
+  });
+}
+
+void deinterleave_q4_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
+  if (b.kind != InterleavedKind::Q4_K) fail_as(ErrorKind::kInternal, "deinterleave_q4_k_row: not a Q4_K copy");
+  const int64_t g = j / kRows, r = j % kRows;
+  std::memset(row, 0, static_cast<size_t>(b.k / kSuper * kQ4KBytes));
+  for (int64_t sb = 0; sb < b.k / kSuper; ++sb) {
+    uint8_t* p = row + sb * kQ4KBytes;
+    const uint16_t* d = b.q4k_d(g, sb * 8);
+    const uint16_t dmin = static_cast<uint16_t>(d[kRows + r] ^ 0x8000u);
+    std::memcpy(p, &d[r], 2);
+    std::memcpy(p + 2, &dmin, 2);
+    for (int s = 0; s < 8; ++s) {
+      const int64_t blk = sb * 8 + s;
+      const uint8_t sc = b.q4k_scales(g, blk)[r], m = b.q4k_scales(g, blk)[kRows + r];
+      uint8_t* packed = p + 4;  // the inverse of q4k_scale_min
+      if (s < 4) {
+        packed[s] |= sc & 63;
+        packed[s + 4] |= m & 63;
+      } else {
+        packed[s + 4] = static_cast<uint8_t>((sc & 0x0f) | (m & 0x0f) << 4);
+        packed[s - 4] |= static_cast<uint8_t>((sc >> 4) << 6);
+        packed[s] |= static_cast<uint8_t>((m >> 4) << 6);
+      }
+      const uint8_t* src = b.codes(g) + blk * b.code_bytes + r * 4;
+      uint8_t* qs = p + 16 + 32 * (s / 2);
+      const int shift = 4 * (s % 2);
+      for (int t = 0; t < 4; ++t)
+        for (int e = 0; e < 4; ++e) {
+          qs[4 * t + e] |= static_cast<uint8_t>((src[t * 64 + e] & 0x0f) << shift);
+          qs[16 + 4 * t + e] |= static_cast<uint8_t>((src[t * 64 + e] >> 4) << shift);
+        }
+    }
+  }
+}
+
+std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, ThreadPool* pool) {
+  return interleave_super_blocks(w, pool, DType::Q5_K, InterleavedKind::Affine5, kQ5KBytes,
+                                 [](InterleavedBlocks& b, int64_t g, int64_t r, int64_t sb, const uint8_t* p) {
+    auto* params = const_cast<float*>(b.params(g));
+    const float d = gguf_f16_at(p), dmin = gguf_f16_at(p + 2);
+    const uint8_t* qh = p + 16;
+    for (int s = 0; s < 8; ++s) {
+      const int64_t blk = sb * 8 + s;
+      uint8_t sc, m;
+      q4k_scale_min(p + 4, s, &sc, &m);
+      params[blk * 32 + r] = d * static_cast<float>(sc);
+      params[blk * 32 + kRows + r] = -(dmin * static_cast<float>(m));
+      uint8_t* dst = const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4;
+      for (int t = 0; t < 4; ++t) {
+        const uint32_t word = nibble_word(p + 48 + 32 * (s / 2), t, 4 * (s % 2));
+        std::memcpy(dst + t * 64, &word, 4);
+      }
+      // The word of fifth bits: byte e, bit t = the fifth bit of column 4t + e.
+      for (int c = 0; c < 32; ++c) dst[256 + c % 4] |= static_cast<uint8_t>(((qh[c] >> s) & 1) << (c / 4));
+    }
+  });
+}
+
+std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, ThreadPool* pool) {
+  return interleave_super_blocks(w, pool, DType::Q6_K, InterleavedKind::Q6_K, kQ6KBytes,
+                                 [](InterleavedBlocks& b, int64_t g, int64_t r, int64_t sb, const uint8_t* p) {
+    const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
+    const_cast<float*>(b.q6k_d(g, sb * 8))[r] = gguf_f16_at(p + 208);
+    for (int s = 0; s < 8; ++s) {
+      const int64_t blk = sb * 8 + s;
+      auto* scales = const_cast<int8_t*>(b.q6k_scales(g, blk));
+      scales[r] = sc[2 * s];
+      scales[kRows + r] = sc[2 * s + 1];
+      // Block s is columns 32s .. 32s + 31 of the super-block: h = s / 4, quarter u = s % 4; column
+      // 32s + c's low nibble is nibble u / 2 of ql[64h + 32(u % 2) + c], its high pair bits 2u, 2u + 1
+      // of qh[32h + c]. High word 4 + part, byte e, bits 2t, 2t + 1: column 16·part + 4t + e.
+      const int h = s / 4, u = s % 4;
+      const uint8_t* qh = p + 128 + 32 * h;
+      uint8_t* dst = const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4;
+      uint32_t high[2] = {0, 0};
+      for (int t = 0; t < 4; ++t) {
+        const uint32_t word = nibble_word(p + 64 * h + 32 * (u % 2), t, 4 * (u / 2));
+        std::memcpy(dst + t * 64, &word, 4);
+        for (int part = 0; part < 2; ++part)
+          high[part] |= ((load_u32(qh + 16 * part + 4 * t) >> (2 * u)) & 0x03030303u) << (2 * t);
+      }
+      std::memcpy(dst + 256, &high[0], 4);
+      std::memcpy(dst + 320, &high[1], 4);
+    }
+  });
+}
+
+void deinterleave_q6_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
+  if (b.kind != InterleavedKind::Q6_K) fail_as(ErrorKind::kInternal, "deinterleave_q6_k_row: not a Q6_K copy");
+  const int64_t g = j / kRows, r = j % kRows;
+  std::memset(row, 0, static_cast<size_t>(b.k / kSuper * kQ6KBytes));
+  for (int64_t sb = 0; sb < b.k / kSuper; ++sb) {
+    uint8_t* p = row + sb * kQ6KBytes;
+    const uint16_t d = f32_to_f16(b.q6k_d(g, sb * 8)[r]);
+    std::memcpy(p + 208, &d, 2);
+    for (int s = 0; s < 8; ++s) {
+      const int64_t blk = sb * 8 + s;
+      p[192 + 2 * s] = static_cast<uint8_t>(b.q6k_scales(g, blk)[r]);
+      p[192 + 2 * s + 1] = static_cast<uint8_t>(b.q6k_scales(g, blk)[kRows + r]);
+      const uint8_t* w = b.codes(g) + blk * b.code_bytes + r * 4;
+      for (int c = 0; c < 32; ++c) {
+        const Place at = place(c);
+        const int q = ((w[at.nibble_word * 64 + at.byte] >> at.nibble_shift) & 0x0f) |
+                      ((w[at.high_word * 64 + at.byte] >> at.high_shift) & 3) << 4;
+        set_q6k_code(p, 32 * s + c, q);
+      }
+    }
+  }
+}
+
+}  // namespace graft::compute
