@@ -1,5 +1,5 @@
-// What the routes of graft serve share (routes.cpp, adapter_routes.cpp): the options, the engine and
-// scheduler once the model is loaded, and the JSON helpers every route answers with.
+// What the routes of graft serve share (server.cpp and the *_routes.cpp files): the options, the
+// engine and scheduler once the model is loaded, and the JSON helpers every route answers with.
 #pragma once
 #include <httplib.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "graft/text/chat_prompt.h"
-#include "server/api.h"
+#include "server/response.h"
 #include "server/scheduler.h"
 #include "graft/server/server.h"
 
@@ -42,6 +42,14 @@ json parse_body(const httplib::Request& req);
 // Errors from the adapter registry: under --lora-fuse a change of scales is a 400
 // not_supported_error (the request is wrong for this server, not the server incapable).
 ApiError registry_error(const std::exception& e);
+// A client's value quoted in an error message, cut to n bytes ("..." after).
+std::string truncated(const std::string& s, size_t n = 200);
+
+// POST /completion(s), /v1/completions, /v1/chat/completions (completion_route.cpp).
+void add_completion_routes(httplib::Server& svr, State& st);
+// GET /health, /v1/models, /props, /lora-adapters, /metrics; POST /tokenize, /detokenize,
+// /lora-adapters (info_routes.cpp).
+void add_info_routes(httplib::Server& svr, State& st);
 
 // POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter (vLLM's lifecycle routes).
 void add_adapter_routes(httplib::Server& svr, State& st);

@@ -5,7 +5,7 @@
 #include "graft/core/error.h"
 #include "graft/engine/grammar.h"
 #include "graft/engine/json_schema.h"
-#include "server/api.h"
+#include "server/request.h"
 
 namespace graft::server {
 

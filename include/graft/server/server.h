@@ -1,5 +1,6 @@
-// graft serve: a llama-server compatible HTTP server over the engine (routes in routes.cpp, the
-// scheduler in scheduler.h, the JSON shapes in api.h).
+// graft serve: a llama-server compatible HTTP server over the engine (src/server/: the server in
+// server.cpp, routes in *_routes.cpp, the scheduler in scheduler.h, the JSON surface in request.h
+// and response.h).
 #pragma once
 #include <cstdint>
 #include <optional>

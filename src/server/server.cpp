@@ -1,0 +1,240 @@
+// graft serve: the HTTP server (cpp-httplib) over the scheduler. Checks the options, listens at
+// once (503 while loading), loads the model on a thread, installs the guards (readiness, API key,
+// error bodies) and every route (completion_route.cpp, info_routes.cpp, adapter_routes.cpp,
+// embeddings.cpp, web_routes.cpp), and stops cleanly on SIGINT/SIGTERM.
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <ctime>
+#include <thread>
+
+#include "graft/core/error.h"
+#include "graft/text/chat_prompt.h"
+#include "server/response.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "graft/server/server.h"
+#include "server/state.h"
+#include "server/web_assets.h"
+
+namespace graft::server {
+
+std::string truncated(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json; charset=utf-8");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.body); }
+
+json parse_body(const httplib::Request& req) {
+  try {
+    return json::parse(req.body);
+  } catch (const json::exception& e) {  // parse errors, and numbers beyond double (1e999)
+    fail_as(ErrorKind::kBadRequest, "the request body is not valid JSON: ", truncated(e.what()));
+  }
+}
+
+ApiError registry_error(const std::exception& e) {
+  const auto* ge = dynamic_cast<const Error*>(&e);
+  if (ge && ge->kind() == ErrorKind::kUnsupported) return api_error(400, "not_supported_error", e.what());
+  return api_error(e);
+}
+
+namespace {
+
+void add_guards(httplib::Server& svr, State& st) {
+  svr.set_pre_routing_handler([&st](const httplib::Request& q, httplib::Response& res) {
+    if (q.method == "OPTIONS" || q.path == "/health" || q.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
+    // The page's files hold no data: served while loading and without the key (it asks for one).
+    if (st.opts.webui && is_web_path(q.path)) return httplib::Server::HandlerResponse::Unhandled;
+    if (!st.ready) {
+      send_error(res, api_error(503, "unavailable_error", "Loading model"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!st.opts.api_key.empty()) {
+      const std::string auth = q.get_header_value("Authorization"), key = q.get_header_value("X-Api-Key");
+      if (auth != "Bearer " + st.opts.api_key && key != st.opts.api_key) {
+        send_error(res, api_error(401, "authentication_error", "Invalid API Key"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  svr.set_error_handler([&st](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) return send_error(res, api_error(404, "not_found_error", "File Not Found"));
+    if (res.status == 413)
+      return send_error(res, api_error(413, "invalid_request_error",
+                                       "the request body is larger than the limit of " +
+                                           std::to_string(st.opts.body_limit) + " bytes"));
+    send_error(res, api_error(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+                              "HTTP status " + std::to_string(res.status)));
+  });
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      send_error(res, api_error(e));
+    } catch (...) {
+      send_error(res, api_error(500, "server_error", "unknown error"));
+    }
+  });
+}
+
+// Options no route could correct later: refused before anything is loaded or bound (exit 2).
+void check_options(const ServerOptions& o, const engine::EngineOptions& eo) {
+  if (o.parallel < 1) fail_as(ErrorKind::kBadRequest, "--parallel must be >= 1, got ", o.parallel);
+  if (o.port < 0 || o.port > 65535) fail_as(ErrorKind::kBadRequest, "--port must be in [0, 65535], got ", o.port);
+  if (!(o.timeout_s > 0)) fail_as(ErrorKind::kBadRequest, "--timeout must be > 0 seconds");
+  if (o.batch_size < 1) fail_as(ErrorKind::kBadRequest, "--batch-size must be >= 1, got ", o.batch_size);
+  if (o.allow_runtime_lora && o.lora_root.empty())
+    fail_as(ErrorKind::kBadRequest, "--allow-runtime-lora needs --lora-root DIR: the directory runtime adapter paths must "
+                                    "stay inside");
+  if (!o.lora_root.empty() && !o.allow_runtime_lora)
+    fail_as(ErrorKind::kBadRequest, "--lora-root is only used with --allow-runtime-lora");
+  for (const auto& [opt, dir] : {std::pair{"--lora-root", o.lora_root}, std::pair{"--lora-dir", o.lora_dir}})
+    if (!dir.empty() && !std::filesystem::is_directory(dir))
+      fail_as(ErrorKind::kBadRequest, opt, " '", dir, "' is not a directory");
+  if (o.pooling && !o.embeddings)
+    fail_as(ErrorKind::kBadRequest, "--pooling is only used with --embeddings");
+  if (o.fuse && (o.allow_runtime_lora || !o.lora_dir.empty() || eo.residency.max_adapters || eo.residency.max_bytes))
+    fail_as(ErrorKind::kBadRequest, "--lora-fuse bakes the startup adapters into the weights: it excludes "
+                                    "--allow-runtime-lora, --lora-dir, --max-loras-resident and --lora-memory");
+  engine::Engine::check(eo);  // bad adapters are startup errors, before anything is bound
+}
+
+// Threads, limits and timeouts of the HTTP server; then it binds (the port it got: --port 0 picks one).
+int configure_and_bind(httplib::Server& svr, const ServerOptions& o) {
+  // cpp-httplib gives each connection a worker thread until it closes. Enough workers for every
+  // slot and queued request, plus headroom so a thousand idle keep-alive connections do not starve
+  // real ones (threads waiting on a socket cost a little stack, not CPU).
+  const size_t threads = o.http_threads > 0 ? static_cast<size_t>(o.http_threads)
+                                            : static_cast<size_t>(2 * (o.parallel + static_cast<int>(o.queue_size)) + 1032);
+  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr.set_payload_max_length(o.body_limit);
+  // Without TCP_NODELAY (cpp-httplib's default is off) a keep-alive client waits for its delayed
+  // ACK (~40 ms) on every response written in two segments, and streamed tokens are held back by
+  // Nagle's algorithm: measured 43.7 ms per POST /lora-adapters round trip on one connection.
+  svr.set_tcp_nodelay(true);
+  // Reads wait at most 10 s for a request's next bytes (less with a shorter --timeout): a client
+  // that stops in the middle of a request line (slowloris) frees its worker then, instead of after
+  // --timeout. Writes (streams to slow readers) keep the whole --timeout.
+  const time_t secs = static_cast<time_t>(o.timeout_s);
+  svr.set_read_timeout(std::min<time_t>(std::max<time_t>(secs, 1), 10), 0);
+  svr.set_write_timeout(secs, 0);
+  int port = o.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(o.host);
+    if (port < 0) fail_as(ErrorKind::kIo, "cannot listen on ", o.host);
+  } else if (!svr.bind_to_port(o.host, port)) {
+    fail_as(ErrorKind::kIo, "cannot listen on ", o.host, ":", port, " (in use, or not an address of this machine)");
+  }
+  return port;
+}
+
+// The ready line's adapter part: ", fused" or ", factors bf16", the residency limits, runtime
+// loading, embeddings.
+std::string adapter_summary(const State& st, const ServerOptions& o) {
+  const auto& reg = st.engine->adapters();
+  std::string how = reg.fused() ? ", fused" : reg.size() == 0 ? "" : ", factors " + st.lora_dtype;
+  if (reg.limits().max_adapters > 0) how += ", at most " + std::to_string(reg.limits().max_adapters) + " resident";
+  if (reg.limits().max_bytes > 0) how += ", resident terms <= " + std::to_string(reg.limits().max_bytes >> 20) + " MiB";
+  if (o.allow_runtime_lora) how += ", runtime loading from " + o.lora_root;
+  if (!o.lora_dir.empty()) how += ", --lora-dir " + o.lora_dir;
+  if (o.embeddings) how += std::string(", embeddings (pooling ") + engine::pooling_name(st.pooling) + ")";
+  return how;
+}
+
+// Loads the model, its adapters and the scheduler into `st` (on the loader thread, while the server
+// answers 503), prints the ready line, then marks the server ready.
+void load(State& st, const ServerOptions& o, const engine::EngineOptions& eo) {
+  st.engine = std::make_unique<engine::Engine>(eo);
+  st.lora_dtype = runtime::lora_dtype_name(eo.lora_dtype);
+  const auto& m = st.engine->model();
+  st.activations = runtime::activations_in_force(m.weights, eo.activations);  // before ready: /props reads it
+  if (m.chat_template) st.chat = std::make_unique<text::ChatPrompt>(st.engine->tokenizer(), *m.chat_template, m.chat_template_origin);
+  const int64_t total = o.ctx_size > 0 ? o.ctx_size : m.config.max_position_embeddings;
+  st.slot_ctx = std::max<int64_t>(2, total / o.parallel);
+  SchedulerOptions so;
+  so.parallel = o.parallel;
+  so.slot_ctx = st.slot_ctx;
+  so.batch_tokens = o.batch_size;
+  so.queue_size = o.queue_size;
+  so.cache_type = o.cache_type;
+  st.scheduler = std::make_unique<Scheduler>(*st.engine, so);
+  if (o.embeddings) st.pooling = o.pooling ? *o.pooling : engine::default_pooling(m.config);
+  std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s) | activations: %s | %s\n",
+               o.parallel, static_cast<long long>(st.slot_ctx), std::string(runtime::kv_cache_type_name(o.cache_type)).c_str(),
+               st.engine->adapters().size(), adapter_summary(st, o).c_str(), st.activations.c_str(),
+               runtime::describe_kernels(m.weights).c_str());
+  st.ready = true;  // after the line above, so a client that sees ready also finds the line in the log
+}
+
+}  // namespace
+
+int run_server(const ServerOptions& o, engine::EngineOptions eo) {
+  // SIGINT/SIGTERM are taken by this thread alone (sigtimedwait below): block them before any
+  // thread starts, so every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  check_options(o, eo);
+
+  State st;
+  st.opts = o;
+  st.model_path = eo.model;
+  st.model_name = o.alias.empty() ? eo.model : o.alias;
+  httplib::Server svr;
+  add_guards(svr, st);
+  add_completion_routes(svr, st);
+  add_info_routes(svr, st);
+  add_adapter_routes(svr, st);
+  if (o.webui) add_web_routes(svr);
+  add_embedding_routes(svr, st);
+  const int port = configure_and_bind(svr, o);
+  std::fprintf(stderr, "graft serve: listening on http://%s:%d (loading %s, --activations %s)\n", o.host.c_str(), port,
+               eo.model.c_str(), compute::activations_name(eo.activations));
+  std::thread http([&svr] { svr.listen_after_bind(); });
+
+  std::atomic<bool> load_done{false};
+  std::string load_error;
+  std::thread loader([&] {
+    try {
+      load(st, o, eo);
+    } catch (const std::exception& e) {
+      load_error = e.what();
+    }
+    load_done = true;
+  });
+
+  int rc = 0;
+  for (;;) {
+    timespec wait{0, 100 * 1000 * 1000};
+    const int sig = sigtimedwait(&sigs, nullptr, &wait);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::fprintf(stderr, "graft serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      break;
+    }
+    if (load_done && !load_error.empty()) {
+      std::fprintf(stderr, "error: %s\n", load_error.c_str());
+      rc = 1;
+      break;
+    }
+  }
+  loader.join();
+  st.ready = false;                         // new requests get 503 from here on
+  if (st.scheduler) st.scheduler->stop();   // in-flight requests end (cancelled) and are answered
+  svr.stop();
+  http.join();
+  return rc;
+}
+
+}  // namespace graft::server
