@@ -68,7 +68,6 @@ def main():
         start_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         for case in cases:
             problems, elapsed = run(case, tmp)
-            peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
             note = " (slow)" if elapsed > SLOW_WARNING else ""
             if problems:
                 failures += 1

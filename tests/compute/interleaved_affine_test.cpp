@@ -25,7 +25,7 @@
 #include "graft/core/affine_quant.h"
 #include "graft/core/error.h"
 #include "graft/compute/weight.h"
-#include "support/interleaved_test_util.h"
+#include "compute/interleaved_test_util.h"
 #include "support/q8_test_util.h"
 #include "compute/interleaved_blocks.h"
 

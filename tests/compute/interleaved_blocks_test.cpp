@@ -29,7 +29,7 @@
 #include "graft/core/error.h"
 #include "graft/core/gguf_blocks.h"
 #include "graft/compute/weight.h"
-#include "support/interleaved_test_util.h"
+#include "compute/interleaved_test_util.h"
 #include "support/q8_test_util.h"
 
 namespace graft::compute::detail {

@@ -115,8 +115,9 @@ TEST_P(RoundTrip, StaysWithinItsRoundingBound) {
   }
   // All-zero input is exact, and so is a constant sub-block in the formats with a min.
   for (int i = 0; i < 256; ++i) ASSERT_EQ(y[i], 0.0f) << dtype_name(t);
-  if (t == DType::Q4_1 || t == DType::Q5_1)
+  if (t == DType::Q4_1 || t == DType::Q5_1) {
     for (int i = 256; i < 288; ++i) EXPECT_NEAR(y[i], 0.75f, 1e-3f) << dtype_name(t);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryFormat, RoundTrip,

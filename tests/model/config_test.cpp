@@ -9,6 +9,7 @@
 #include "graft/model/family.h"
 #include "graft/model/weights.h"
 #include "map_source.h"
+#include "support/errors.h"
 
 namespace graft::model {
 namespace {
@@ -23,12 +24,7 @@ json base_config(const std::string& type = "llama") {
 }
 
 std::string error_of(const json& j) {
-  try {
-    parse_hf_config(j, "cfg.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::message_of([&] { parse_hf_config(j, "cfg.json"); });
 }
 
 TEST(Config, ParsesLlama) {

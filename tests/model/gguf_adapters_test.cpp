@@ -145,13 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Converter, GgufConverted,
                                            Case{"llama_f32_lora.q8_0.gguf", "llama_f32", "llama_f32/peft_lora"},
                                            Case{"qwen2_f32_lora.f32.gguf", "qwen2_f32", "qwen2_f32/peft_lora"},
                                            Case{"llama_f32_embed.f32.gguf", "llama_f32", "embed/peft_embed_llama_f32"}),
-                         [](const auto& info) {
-                           std::string n = info.param.file;
-                           n = n.substr(0, n.size() - 5);
-                           for (char& ch : n)
-                             if (ch == '.') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::param_name_of_file(info.param.file); });
 
 TEST(GgufAdapterRows, ConverterPermutesQkRowsAndGraftUndoesThem) {
   // As stored, q/k lora_b rows are in llama.cpp's RoPE order; un-permuted they are PEFT's bits.
@@ -221,8 +215,11 @@ TEST(GgufExportSmolLM2, PirateLoraBBytesEqualTheConverters) {
   const GgufLoraFile f = gguf_lora_for_model(m.config, *m.source, {read(test::source_dir() + "/demo/adapters/pirate-peft"), 1.0f},
                                              DType::F16);
   auto ref = io::GgufFile::open(test::fixture("gguf_adapters/smollm2_pirate.q8_0.gguf"));
-  for (const auto& [k, v] : f.metadata)
-    if (k == "adapter.lora.alpha") EXPECT_EQ(std::get<float>(v), static_cast<float>(*ref->optional_float(k)));
+  for (const auto& [k, v] : f.metadata) {
+    if (k == "adapter.lora.alpha") {
+      EXPECT_EQ(std::get<float>(v), static_cast<float>(*ref->optional_float(k)));
+    }
+  }
   ASSERT_EQ(f.tensors.size(), ref->tensors().size());
   size_t compared = 0;
   for (const auto& t : f.tensors) {

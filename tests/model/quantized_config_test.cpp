@@ -10,6 +10,7 @@
 #include "graft/model/config.h"
 #include "graft/model/quantized_source.h"
 #include "map_source.h"
+#include "support/errors.h"
 
 namespace graft::model {
 namespace {
@@ -24,12 +25,7 @@ json config_with(const json& quant, const char* key = "quantization") {
 }
 
 std::string error_of(const json& j) {
-  try {
-    parse_hf_config(j, "cfg.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::message_of([&] { parse_hf_config(j, "cfg.json"); });
 }
 
 TEST(QuantizationConfig, DefaultsOverridesAndFalse) {

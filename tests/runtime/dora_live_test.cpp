@@ -2,7 +2,7 @@
 // (tools/gen_dora_loha_fixtures.py: PEFT use_dora / LOHA / LOKR, LyCORIS loha / lokr) on the tiny
 // llama_f32 checkpoint, at two user scales (1.0 and 0.5; PEFT: every module's scaling multiplied).
 //
-// Tolerance: max |logit - reference| <= 1e-4, as for LoRA (engine_adapters_test): F32 on both sides,
+// Tolerance: max |logit - reference| <= 1e-4, as for LoRA (adapter_references_test): F32 on both sides,
 // only the summation order differs (the DoRA norm: graft expands ‖W + σBA‖² into three per-row
 // dot products in double; PEFT forms W + σBA in F32 and takes its norm). Greedy continuations of the
 // fused and unfused paths must be identical (16 tokens).

@@ -1,7 +1,7 @@
 // llama.cpp GGUF LoRA adapters in the engine, fused (--adapter) and unfused (--lora), against the
 // PEFT references their source adapters already have (fixtures: tools/gen_gguf_lora_fixtures.py).
 //   * Tiny llama (q/k permuted by the converter) and qwen2: with the F32 conversion, prompt logits
-//     equal PEFT's unmerged forward within 1e-4 (the tolerance of engine_adapters_test: F32 on both
+//     equal PEFT's unmerged forward within 1e-4 (the tolerance of adapter_references_test: F32 on both
 //     sides, summation order only; measured <= 1.5e-5) and the 16 greedy tokens are PEFT's; with the
 //     F16/BF16/Q8_0 conversions the greedy tokens are PEFT's too (the generator chose seeds with
 //     top-2 gaps >= 0.02). Their logits move by the factors' rounding: measured max 1.0e-3 (F16),
@@ -82,13 +82,7 @@ INSTANTIATE_TEST_SUITE_P(Converter, GgufTiny,
                                            TinyCase{"llama_f32_lora.bf16.gguf", "llama_f32", 4e-2f},
                                            TinyCase{"llama_f32_lora.q8_0.gguf", "llama_f32", 4e-2f},
                                            TinyCase{"qwen2_f32_lora.f32.gguf", "qwen2_f32", 1e-4f}),
-                         [](const auto& info) {
-                           std::string n = info.param.file;
-                           n = n.substr(0, n.size() - 5);
-                           for (char& ch : n)
-                             if (ch == '.') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::param_name_of_file(info.param.file); });
 
 TEST(GgufSmolLM2, PiratePeftConvertedByLlamaCppGivesPeftAndLlamaCppTokens) {
   if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";

@@ -4,7 +4,7 @@
 //   * Against PEFT (the tiny llama and qwen2 checkpoints with their PEFT LoRA, F32, r = 8, which
 //     moves the logits by up to 3.5): prompt logits per factor type within a bound of about 3x the
 //     deviation measured when this test was written (as stored and F32: 8e-6, the 1e-4 of
-//     engine_adapters_test; BF16: 6.4e-3; q8_0: 4.1e-2, 1.2 % of the adapter's effect — the factors
+//     adapter_references_test; BF16: 6.4e-3; q8_0: 4.1e-2, 1.2 % of the adapter's effect — the factors
 //     and x and x·Aᵀ rounded to 8 bits), and the greedy tokens stay PEFT's (the generator chose
 //     seeds with top-2 gaps >= 0.02).
 //   * DoRA (llama, and qwen2's biased q/k/v), LoHa and LoKr against their PEFT references at scales 1
@@ -61,7 +61,7 @@ TEST(LoraDType, ParsesItsNamesAndRefusesOthers) {
   }
 }
 
-// The PEFT fixtures of engine_adapters_test, with each factor type.
+// The PEFT fixtures of adapter_references_test, with each factor type.
 struct DTypeCase {
   const char* model;
   LoraDType dtype;

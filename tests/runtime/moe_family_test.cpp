@@ -24,9 +24,11 @@
 #include "graft/io/checkpoint_writer.h"
 #include "support/run_util.h"
 #include "test_paths.h"
+#include "support/errors.h"
 
 namespace graft::runtime {
 namespace {
+using test::expect_refused;
 using test::make_lora_set;
 
 namespace fs = std::filesystem;
@@ -35,15 +37,6 @@ using nlohmann::json;
 std::string qwen_dir() { return test::fixture("models/qwen3_moe_f32"); }
 std::string mixtral_dir() { return test::fixture("models/mixtral_f32"); }
 
-template <class F>
-void expect_refused(F&& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "not refused; expected: " << needles[0];
-  } catch (const Error& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
 
 TEST(MoeFamily, ConfigReadsTheExpertFields) {
   const model::ModelConfig q = model::parse_hf_config(test::read_json(qwen_dir() + "/config.json"), "config.json");
@@ -161,7 +154,7 @@ TEST(MoeFamily, GroupedPrefillEqualsTokenByToken) {
     const int64_t V = lm.config.vocab_size;
     float worst = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
-      SequenceInput in{&cache, std::span(&ids[i], 1), true};
+      SequenceInput in{&cache, std::span(&ids[i], 1), true, {}};
       const auto row = t.forward(pool, std::span(&in, 1));
       for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(row[v] - whole[i * V + v]));
     }

@@ -5,7 +5,7 @@
 // convert_hf_to_gguf.py, transformers' logits under llama.cpp's phi3 rules (no sliding window;
 // tools/gen_family_gguf_fixtures.py). Tolerance 1e-4 on logits: F32 on both sides, only the
 // summation order differs (as tests/engine/reference_models_test.cpp says). mlx-lm's own LoRA on
-// the fused modules is checked by engine_adapters_test.cpp (MlxLoraReference/phi3_f32).
+// the fused modules is checked by adapter_references_test.cpp (MlxLoraReference/phi3_f32).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -26,9 +26,11 @@
 #include "graft/model/model_adapters.h"
 #include "support/run_util.h"
 #include "test_paths.h"
+#include "support/errors.h"
 
 namespace graft::runtime {
 namespace {
+using test::expect_refused;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -48,15 +50,6 @@ std::string read_text(const std::string& p) {
   return s.str();
 }
 
-template <class F>
-void expect_refused(F&& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "not refused; expected: " << needles[0];
-  } catch (const Error& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
 
 struct TempDir {
   fs::path path;
@@ -157,8 +150,9 @@ TEST(Phi3Family, GgufMatchesTransformersUnderLlamaCppRules) {
     const auto out = prompt_logits(lm, nullptr, {}, ids);
     EXPECT_LE(max_abs_diff(out, logits->tensor("logits_" + std::to_string(p))), kTol) << "prompt " << p;
     // The long prompt (30 tokens > window 4) shows that the window really is off here.
-    if (ids.size() > 4)
+    if (ids.size() > 4) {
       EXPECT_GT(max_abs_diff(out, with_window->tensor("logits_" + std::to_string(p))), 1e-2f) << "prompt " << p;
+    }
   }
 }
 

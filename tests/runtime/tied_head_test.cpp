@@ -21,6 +21,7 @@
 #include "graft/runtime/transformer.h"
 #include "support/run_util.h"
 #include "test_paths.h"
+#include "support/errors.h"
 
 namespace graft::runtime {
 namespace {
@@ -65,14 +66,7 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-void expect_refused(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "not refused; expected an error containing: " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+void expect_refused(const std::function<void()>& f, const std::string& needle) { test::expect_refused(f, {needle}); }
 
 class HeadRules : public ::testing::TestWithParam<const char*> {};
 

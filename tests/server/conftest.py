@@ -3,6 +3,7 @@
 GRAFT_BIN (the binary) and GRAFT_SRC (the source tree, for the demo model and adapters) come from
 tests/server/run_server_tests.sh, which ctest runs with the Release and the ASan+UBSan binaries.
 """
+import json
 import os
 import signal
 import socket
@@ -25,6 +26,21 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def open_raw_stream(port, body):
+    """A streamed POST /completion on a bare socket (so a test can drop it mid-stream), read until its
+    first server-sent event; returns the socket."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body)
+    sock.sendall(f"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\n\r\n{data}".encode())
+    got = b""
+    while b"data: " not in got:
+        chunk = sock.recv(4096)
+        assert chunk, "the stream ended before its first event"
+        got += chunk
+    return sock
 
 
 class Server:

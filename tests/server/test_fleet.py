@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -22,7 +21,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 import adapter_files as af
-from conftest import BIN, MLX, MODEL, PEFT, SRC, Server, free_port
+from conftest import BIN, MLX, MODEL, PEFT, SRC, Server, free_port, open_raw_stream
 
 GGUF_PIRATE = f"{SRC}/tests/fixtures/gguf_adapters/smollm2_pirate.q8_0.gguf"
 BASE_ID = "smol-fleet"
@@ -684,16 +683,8 @@ def test_metrics_documented_names(fleet, root):
 def test_running_and_waiting_adapters_in_lora_requests_info(single_slot):
     s = single_slot
     b_solo = toks(s, n=8, model="b")
-    sock = socket.create_connection(("127.0.0.1", s.port))
-    body = json.dumps({"prompt": PROMPT, "n_predict": 4000, "stream": True, "temperature": 0, "ignore_eos": True,
-                       "model": "a", "cache_prompt": False})
-    sock.sendall(f"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
-    got = b""
-    while b"data: " not in got:
-        chunk = sock.recv(4096)
-        assert chunk, "the stream ended before its first event"
-        got += chunk
+    sock = open_raw_stream(s.port, {"prompt": PROMPT, "n_predict": 4000, "stream": True, "temperature": 0,
+                                    "ignore_eos": True, "model": "a", "cache_prompt": False})
     with ThreadPoolExecutor(1) as pool:
         queued = pool.submit(lambda: toks(s, n=8, model="b"))
         try:

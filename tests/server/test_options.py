@@ -3,12 +3,10 @@ presence/frequency penalties, logit_bias, logprobs (chat and completions, whole 
 n > 1 choices (with the prompt's KV shared). Greedy decoding and short outputs throughout, so every
 comparison is exact; the sampled ones use fixed seeds (choice i of n runs with seed + i).
 """
-import json
 import math
 
 import openai
 import pytest
-import requests
 
 from conftest import Server
 

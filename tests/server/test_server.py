@@ -5,7 +5,6 @@ request must give the same tokens alone, in a busy mixed batch, streamed or not.
 """
 import json
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -15,7 +14,7 @@ import openai
 import pytest
 import requests
 
-from conftest import BIN, MLX, MODEL, PEFT, SRC, Server
+from conftest import BIN, MLX, MODEL, PEFT, SRC, Server, open_raw_stream
 
 GGUF_PIRATE = f"{SRC}/tests/fixtures/gguf_adapters/smollm2_pirate.q8_0.gguf"
 
@@ -337,15 +336,8 @@ def test_bad_requests_then_still_serving(server):
 
 def test_client_disconnect_mid_stream_frees_the_slot(server):
     before = server.get("/metrics").text
-    s = socket.create_connection(("127.0.0.1", server.port))
-    body = json.dumps({"prompt": PROMPT, "n_predict": 400, "stream": True, "temperature": 0, "ignore_eos": True})
-    s.sendall(f"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
-    got = b""
-    while b"data: " not in got:
-        chunk = s.recv(4096)
-        assert chunk, "the stream ended before its first event"
-        got += chunk
+    s = open_raw_stream(server.port, {"prompt": PROMPT, "n_predict": 400, "stream": True, "temperature": 0,
+                                      "ignore_eos": True})
     s.close()
     cancelled = lambda t: metric(t, "graft:requests_cancelled_total")
     deadline = time.time() + 60

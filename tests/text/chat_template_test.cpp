@@ -13,6 +13,7 @@
 
 #include "graft/core/error.h"
 #include "test_paths.h"
+#include "support/errors.h"
 
 namespace graft::text {
 namespace {
@@ -135,14 +136,7 @@ std::string render(const std::string& src, const std::vector<ChatMessage>& msgs 
   return ChatTemplate(src).render(msgs, o);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const graft::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+std::string error_of(const std::function<void()>& f) { return test::message_of(f); }
 
 std::string parse_error(const std::string& src) {
   return error_of([&] { ChatTemplate t(src); });

@@ -14,6 +14,7 @@
 #include "graft/core/error.h"
 #include "test_paths.h"
 #include "text/tokenizer_internal.h"
+#include "support/errors.h"
 
 using graft::text::StreamDecoder;
 using graft::text::Tokenizer;
@@ -47,16 +48,7 @@ std::string temp_file(const std::string& name, const std::string& text) {
   return path;
 }
 
-// Catches a graft::Error and returns its message ("" if none was thrown).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const graft::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const std::function<void()>& f) { return graft::test::message_of(f); }
 
 const char* const kFixtures[] = {"tiny_bpe",       "tiny_spm",        "tiny_bpe_gpt2",
                                  "tiny_bpe_smollm", "tiny_bpe_qwen2", "tiny_spm_metaspace",
