@@ -53,6 +53,7 @@ import tempfile
 import warnings
 
 import numpy as np
+import fixturelib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS_REL = os.path.join("tests", "fixtures", "models")
@@ -75,14 +76,7 @@ SEEDS = {
 
 
 def versions():
-    import importlib.metadata as md
-    out = {}
-    for p in ["torch", "transformers", "peft", "lycoris-lora", "mlx", "mlx-lm", "safetensors", "numpy"]:
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
+    return fixturelib.versions(["torch", "transformers", "peft", "lycoris-lora", "mlx", "mlx-lm", "safetensors", "numpy"])
 
 
 def model_rel(name):
@@ -199,12 +193,6 @@ def write_json(path, obj):
         f.write(_json_fmt(obj) + "\n")
 
 
-def reset_dir(d):
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    os.makedirs(d)
-
-
 def tensor_list(path):
     hdr, meta = st_header(path)
     return {"tensors": {k: {"dtype": v[0], "shape": v[1]} for k, v in sorted(hdr.items())}, "metadata": meta}
@@ -280,7 +268,7 @@ def gen_peft_lora_like(name, out, *, base_name="llama_f32", dtype_name="float32"
     adapter_param_dtype = sorted({str(d).replace("torch.", "") for d in in_memory.values()})
 
     d = os.path.join(out, name)
-    reset_dir(d)
+    fixturelib.reset_dir(d)
     peft_save(pm, d)
     # merge in memory too (to check that the round trip through the files is exact)
     inmem_merged = {k: v.detach().clone() for k, v in pm.merge_and_unload().state_dict().items()}
@@ -510,7 +498,7 @@ def gen_peft_lokr_variant(out, name, cfg_kwargs, notes):
     from peft import LoKrConfig, get_peft_model
     seed = SEEDS[name]
     d = os.path.join(out, name)
-    reset_dir(d)
+    fixturelib.reset_dir(d)
 
     def build():
         torch.manual_seed(seed)
@@ -584,7 +572,7 @@ def gen_lycoris_variant(out, name, *, dim, alpha, decompose_both, targets, exclu
     from lycoris.wrapper import create_lycoris_from_weights
     seed = SEEDS[name]
     d = os.path.join(out, name)
-    reset_dir(d)
+    fixturelib.reset_dir(d)
     preset = {"target_module": targets, "target_name": [], "exclude_name": exclude,
               "module_algo_map": {}, "name_algo_map": {}, "lora_prefix": "lycoris"}
     LycorisNetwork.apply_preset(preset)
@@ -749,7 +737,7 @@ def gen_mlx_lora(out, keep_tmp=False):
     from safetensors.numpy import load_file as np_load
     name = "mlx_lora"
     d = os.path.join(out, name)
-    reset_dir(d)
+    fixturelib.reset_dir(d)
     tmp = tempfile.mkdtemp(prefix="graft_mlx_")
     try:
         base_dir = os.path.join(tmp, "base")
@@ -876,7 +864,7 @@ def gen_kohya_lora(out):
     if not os.path.exists(src):
         raise RuntimeError("kohya_lora is built from peft_lora: generate peft_lora first")
     d = os.path.join(out, name)
-    reset_dir(d)
+    fixturelib.reset_dir(d)
     ad = load_st(src)
     no_alpha = "model.layers.1.mlp.down_proj"
     tensors = {}

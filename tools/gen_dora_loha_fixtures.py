@@ -41,6 +41,7 @@ import subprocess
 import sys
 
 import numpy as np
+import fixturelib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tools"))
@@ -55,14 +56,7 @@ SEEDS = {"peft_dora": 2001, "peft_dora_bf16": 2002, "peft_dora_pair": 2003, "mlx
 
 
 def versions():
-    import importlib.metadata as md
-    out = {}
-    for p in ["torch", "transformers", "peft", "lycoris-lora", "mlx", "mlx-lm", "safetensors", "numpy"]:
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
+    return fixturelib.versions(["torch", "transformers", "peft", "lycoris-lora", "mlx", "mlx-lm", "safetensors", "numpy"])
 
 
 def model_rel(name):
@@ -110,12 +104,6 @@ def reset(d):
     if os.path.isdir(d):
         shutil.rmtree(d)
     os.makedirs(d)
-
-
-def write_json(path, obj):
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
 
 
 def perturb(model, filt, seed, magnitude=True):
@@ -212,7 +200,7 @@ def peft_fixture(name, cfg, *, base="llama_f32", dtype="float32", filt=("lora_",
     save(os.path.join(d, "reference.safetensors"), ref)
     with open(os.path.join(d, "adapter_config.json")) as f:
         acfg = json.load(f)
-    write_json(os.path.join(d, "expected.json"), {
+    fixturelib.write_json(os.path.join(d, "expected.json"), {
         "name": name, "format": f"peft_{acfg['peft_type'].lower()}" + ("_dora" if acfg.get("use_dora") else ""),
         "producer": {"tool": "peft", "calls": "get_peft_model -> save_pretrained; PeftModel.from_pretrained -> "
                      "forward at each scale (module.scaling *= s), merge_and_unload()", "versions": versions()},
@@ -312,7 +300,7 @@ def gen_peft_dora_pair():
     ch = changed(base_state("llama_f32"), merged.state_dict())
     save(os.path.join(d, "merged.safetensors"), ch)
     save(os.path.join(d, "reference.safetensors"), ref)
-    write_json(os.path.join(d, "reference.json"), {
+    fixturelib.write_json(os.path.join(d, "reference.json"), {
         "name": name, "format": "peft_lora_dora_pair",
         "producer": {"tool": "peft", "calls": "two DoRA adapters a, b; set_adapter(['a', 'b']); forward; "
                      "merge_and_unload(adapter_names=['a', 'b'])", "versions": versions()},
@@ -388,7 +376,7 @@ def gen_lycoris_loha():
     save(os.path.join(d, "merged.safetensors"), ch)
     save(os.path.join(d, "merged_forward.safetensors"), changed(base_sd, fwd))
     save(os.path.join(d, "reference.safetensors"), ref)
-    write_json(os.path.join(d, "expected.json"), {
+    fixturelib.write_json(os.path.join(d, "expected.json"), {
         "name": name, "format": "lycoris_loha",
         "producer": {"tool": "lycoris-lora", "calls": "create_lycoris(algo='loha', linear_dim=4, linear_alpha=2) -> "
                      "save_weights; create_lycoris_from_weights(1.0) -> forward at multiplier s; merge_to(1.0)",
@@ -436,7 +424,7 @@ def gen_lokr_live():
             for p, lg in enumerate(logits(base, ps)):
                 ref[f"{fx}.logits_{p}_s{k}"] = lg
     save(os.path.join(d, "reference.safetensors"), ref)
-    write_json(os.path.join(d, "reference.json"), {
+    fixturelib.write_json(os.path.join(d, "reference.json"), {
         "name": "lokr_live", "generator": GENERATOR, "base_model": model_rel("llama_f32"), "scales": SCALES,
         "prompts": ps, "producer": {"versions": versions()},
         "notes": "<fixture>.logits_<p>_s<k>: the tool's unmerged forward of tests/fixtures/adapters/<fixture> at user "
@@ -490,7 +478,7 @@ def gen_mlx_dora(mlx_python):
         ad[mname + ".m"] = (np.linalg.norm(w.astype(np.float32), axis=1) *
                             (1 + 0.1 * rng.standard_normal(out_d))).astype(np.float32)
     save_file(ad, os.path.join(d, "adapters.safetensors"), metadata={"format": "mlx"})
-    write_json(os.path.join(d, "adapter_config.json"), {
+    fixturelib.write_json(os.path.join(d, "adapter_config.json"), {
         "fine_tune_type": "dora", "num_layers": 2,
         "lora_parameters": {"rank": rank, "scale": scale, "dropout": 0.0,
                             "keys": ["self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"]}})
@@ -531,7 +519,7 @@ def gen_mlx_dora(mlx_python):
         if m in ys:  # the unfused mlx forward equals x @ fused.T (no bias)
             assert np.abs(ys[m] - x[:, : w.shape[1]] @ want.T).max() < 1e-4
     save_file(merged, os.path.join(d, "merged.safetensors"), metadata={"format": "pt"})
-    write_json(os.path.join(d, "expected.json"), {
+    fixturelib.write_json(os.path.join(d, "expected.json"), {
         "name": name, "format": "mlx_dora", "producer": {"tool": "mlx-lm", "calls": how, "versions": versions()},
         "generator": GENERATOR, "seed": seed, "base_model": model_rel("llama_f32"), "base_dtype": "F32",
         "merged_file": "merged.safetensors", "merged_tensors": sorted(merged),
@@ -632,7 +620,7 @@ def gen_mlx_dora_embed(mlx_python, name="mlx_dora_embed", base="llama_f32"):
               metadata={"format": "pt"})
     with open(os.path.join(REPO, model_rel(base), "config.json")) as f:
         tied = json.load(f).get("tie_word_embeddings", False)
-    write_json(os.path.join(d, "expected.json"), {
+    fixturelib.write_json(os.path.join(d, "expected.json"), {
         "name": name, "format": "mlx_dora",
         "producer": {"tool": "mlx-lm", "calls": "load_model; freeze; linear_to_lora_layers(use_dora=True) -> "
                      "save_safetensors(trainable_parameters); fresh load_model + load_adapters -> forward (logits); "

@@ -86,6 +86,7 @@ import warnings
 import zlib
 
 import numpy as np
+import fixturelib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS_REL = os.path.join("tests", "fixtures", "models")
@@ -130,33 +131,11 @@ MIN_SEMANTIC_GAP = 1e-2   # tied: "lookup only" must differ from the reference b
 
 
 def versions():
-    import importlib.metadata as md
-    out = {}
-    for p in ["torch", "transformers", "peft", "mlx", "mlx-lm", "safetensors", "numpy"]:
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
+    return fixturelib.versions(["torch", "transformers", "peft", "mlx", "mlx-lm", "safetensors", "numpy"])
 
 
 def seed_base(fixture):
     return SEED_BASE + zlib.crc32(fixture.encode()) % 100000
-
-
-def dump_json(obj, path):
-    """Indented JSON, but with lists of numbers kept on one line (as tools/gen_model_fixtures.py)."""
-    text = json.dumps(obj, indent=1, ensure_ascii=False)
-    text = re.sub(r"\[\s*([-0-9.e, \n]+?)\s*\]",
-                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
-    with open(path, "w") as f:
-        f.write(text + "\n")
-
-
-def reset_dir(d):
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    os.makedirs(d)
 
 
 def model_rel(name):
@@ -433,7 +412,7 @@ def build_peft(name, d, cfg_kwargs, seed, patterns, save_kw=None):
     torch.manual_seed(seed)
     pm = get_peft_model(load_native(name), LoraConfig(lora_dropout=0.0, bias="none", **cfg_kwargs))
     perturbed = perturb(pm, patterns, seed + 500000)
-    reset_dir(d)
+    fixturelib.reset_dir(d)
     peft_save(pm, d, **(save_kw or {}))
     return perturbed
 
@@ -483,7 +462,7 @@ def gen_peft_lora(out, name):
             "adapter to F32, so lora_A values are bf16-representable; lora_B is not); the reference is the bf16 "
             "checkpoint upcast with model.float() + the F32 adapter branch (BF16 weights, F32 activations).")
     ref["verification"] = verify_peft_lora(out, name, ref)
-    dump_json(ref, os.path.join(d, "reference.json"))
+    fixturelib.dump_json(ref, os.path.join(d, "reference.json"))
     print(f"{fixture}: seed {seed}, min gap {ref['min_top2_gap']}, greedy differs from base "
           f"{[p['greedy_differs_from_base'] for p in ref['prompts']]}, max|dlogit| vs base "
           f"{[p['max_abs_logit_change_vs_base'] for p in ref['prompts']]}", flush=True)
@@ -582,7 +561,7 @@ def gen_two_adapters(out, name):
         "versions": versions(),
     }
     ref["verification"] = verify_two_adapters(out, name)
-    dump_json(ref, os.path.join(out, name, "two_adapters.json"))
+    fixturelib.dump_json(ref, os.path.join(out, name, "two_adapters.json"))
     print(f"{name}/two_adapters: peft_lora_b seed {seed}, min gap {ref['min_top2_gap']}, "
           f"max err {ref['verification']['numpy_merged_vs_reference_max_abs']}", flush=True)
 
@@ -743,7 +722,7 @@ def gen_peft_embed(out, name):
         ref["notes"].append("bf16 checkpoint: adapter created on the bf16 model (factors F32 on disk, the "
                             "base_layer copy BF16); references from the bf16 checkpoint upcast with model.float().")
     ref["verification"] = verify_peft_embed(out, name)
-    dump_json(ref, os.path.join(d, "reference.json"))
+    fixturelib.dump_json(ref, os.path.join(d, "reference.json"))
     print(f"{fixture}: seed {seed}, min gap {ref['min_top2_gap']}, verification {ref['verification']}", flush=True)
 
 
@@ -808,7 +787,7 @@ def build_mlx(name, d, seed):
     model.load_weights(upd, strict=False)
     weights = dict(tree_flatten(model.trainable_parameters()))
     mx.eval(weights)
-    reset_dir(d)
+    fixturelib.reset_dir(d)
     mx.save_safetensors(os.path.join(d, "adapters.safetensors"), weights)   # = mlx_lm tuner/trainer.py
     args = dict(CONFIG_DEFAULTS)
     args.update({"model": model_rel(name), "train": False, "fine_tune_type": "lora", "data": None, "seed": seed,
@@ -886,7 +865,7 @@ def gen_mlx_embed(out, name):
         ],
     }
     ref["verification"] = verify_mlx_embed(out, name)
-    dump_json(ref, os.path.join(d, "reference.json"))
+    fixturelib.dump_json(ref, os.path.join(d, "reference.json"))
     print(f"{fixture}: seed {seed}, min gap {ref['min_top2_gap']}, verification {ref['verification']}", flush=True)
 
 
@@ -963,7 +942,7 @@ def gen_peft_lm_head(out):
     deltas, copies, _, _ = peft_deltas(d, base64)
     assert copies == ["base_model.model.lm_head.base_layer.weight"], copies
     ref["verification"] = verify_lm_head(out)
-    dump_json(ref, os.path.join(d, "reference.json"))
+    fixturelib.dump_json(ref, os.path.join(d, "reference.json"))
     print(f"{fixture}: seed {seed}, min gap {ref['min_top2_gap']}, verification {ref['verification']}", flush=True)
 
     # tied qwen2_f32: files only, graft must refuse
@@ -982,7 +961,7 @@ def gen_peft_lm_head(out):
     emb = pm.base_model.model.model.embed_tokens
     shared = head.base_layer.weight is emb.weight
     perturb(pm, ["lora_B"], seed + 500000)
-    reset_dir(d)
+    fixturelib.reset_dir(d)
     peft_save(pm, d)
     # what PEFT would do with it: unmerged adapts only the head; merging writes into the shared tensor (lookup too)
     pm2 = PeftModel.from_pretrained(load_ref(name), d)
@@ -1016,7 +995,7 @@ def gen_peft_lm_head(out):
             "lora_B was set to N(0, 0.05^2) (non-zero) so the adapter is not a no-op.",
         ],
     }
-    dump_json(exp, os.path.join(d, "expected.json"))
+    fixturelib.dump_json(exp, os.path.join(d, "expected.json"))
     print(f"{fixture}: written (graft must refuse); PEFT warnings {len(peft_warn)}, shared {shared}", flush=True)
 
 

@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import fixturelib  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "gguf_adapters")
@@ -101,11 +102,7 @@ def llama_cpp_reference(llama_cpp, gguf_path, adapter, out_path):
     compiled against the sdist's libllama (built with cmake -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF --target llama)."""
     build_bin = os.path.join(llama_cpp, "build", "bin")
     with tempfile.TemporaryDirectory() as tmp:
-        exe = os.path.join(tmp, "llama_cpp_greedy")
-        subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(ROOT, "tools", "llama_cpp_greedy.cpp"),
-                        "-I" + os.path.join(llama_cpp, "include"), "-I" + os.path.join(llama_cpp, "ggml", "include"),
-                        "-L" + build_bin, "-lllama", "-lggml", "-lggml-base", "-Wl,-rpath," + build_bin, "-o", exe],
-                       check=True)
+        exe = fixturelib.build_llama_cpp_greedy(ROOT, llama_cpp, build_bin, tmp)
         ref = json.load(open(os.path.join(ROOT, "tests/fixtures/smollm2/pirate_peft_reference.json")))
         out = {"generator": "tools/gen_gguf_lora_fixtures.py --llama-cpp-reference (tools/llama_cpp_greedy.cpp)",
                "llama_cpp": os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(llama_cpp)))),

@@ -16,18 +16,13 @@ Usage: python3 tools/gen_mlx_lora_fixtures.py [NAME ...]   (default: all five)
 import json
 import os
 import sys
+import fixturelib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(REPO, "tests", "fixtures", "models")
 OUT = os.path.join(REPO, "tests", "fixtures", "engine_adapters")
 KINDS = {"gemma2_f32": "mlx_lora", "gemma3_f32": "mlx_lora", "phi3_f32": "mlx_lora",
          "qwen3_moe_f32": "mlx_switch", "mixtral_f32": "mlx_switch"}
-
-
-def dump_json(obj, path):
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
 
 
 # An mlx-lm LoRA made by mlx-lm's own code on the checkpoint: linear_to_lora_layers over every layer
@@ -136,12 +131,13 @@ def gen(name, kind):
                "W + scale * (lora_a @ lora_b)^T, as `mlx_lm fuse`); mlx-lm's forward is not the reference here: "
                "0.32 implements no sliding window for gemma2 / phi3, which these checkpoints' short windows need")
     save_file(logits, os.path.join(d, "reference.safetensors"), metadata={"generator": "tools/gen_mlx_lora_fixtures.py"})
-    dump_json({"fixture": f"{name}/{kind}", "generator": "tools/gen_mlx_lora_fixtures.py", "base_model":
-                 f"tests/fixtures/models/{name}", "lora_parameters": MLX_LORA, "num_layers": layers, "seed": seed,
-                 "mlx": mx.__version__, "mlx_lm": mlx_lm.__version__, "max_abs_logit_change_vs_base": moved,
-                 "tensors": {k: list(v.shape) for k, v in sorted(weights.items())},
-                 "notes": "logits_<i>: " + how + ".",
-                 "prompts": [{"ids": ids} for ids in prompts]}, os.path.join(d, "reference.json"))
+    ref = {"fixture": f"{name}/{kind}", "generator": "tools/gen_mlx_lora_fixtures.py", "base_model":
+           f"tests/fixtures/models/{name}", "lora_parameters": MLX_LORA, "num_layers": layers, "seed": seed,
+           "mlx": mx.__version__, "mlx_lm": mlx_lm.__version__, "max_abs_logit_change_vs_base": moved,
+           "tensors": {k: list(v.shape) for k, v in sorted(weights.items())},
+           "notes": "logits_<i>: " + how + ".",
+           "prompts": [{"ids": ids} for ids in prompts]}
+    fixturelib.write_json(os.path.join(d, "reference.json"), ref)
     for fn in os.listdir(d):
         os.chmod(os.path.join(d, fn), 0o644)
     print(f"{name}/{kind}: logits move by {moved} vs the base")

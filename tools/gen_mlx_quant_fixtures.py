@@ -63,6 +63,7 @@ import tempfile
 import zlib
 
 import numpy as np
+import fixturelib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(REPO, "tests", "fixtures", "mlx_quant")
@@ -268,22 +269,7 @@ def mx_dt_name(a):
 
 
 def versions():
-    import importlib.metadata as md
-    out = {}
-    for p in ["mlx", "mlx-lm", "transformers", "safetensors", "numpy"]:
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    import platform
-    out["platform"] = f"{platform.system()} {platform.machine()} (mlx CPU backend)"
-    return out
-
-
-def dump_json(obj, path):
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
+    return fixturelib.versions(["mlx", "mlx-lm", "transformers", "safetensors", "numpy"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -740,7 +726,7 @@ def gen_models(out, keep_tmp=False):
                     "forward (allow a few times this)."),
                 "prompts": prompts,
             }
-            dump_json(ref, os.path.join(d, "reference.json"))
+            fixturelib.write_json(os.path.join(d, "reference.json"), ref)
             summary[name] = ref
     finally:
         if keep_tmp:

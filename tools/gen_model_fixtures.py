@@ -47,6 +47,7 @@ import zlib
 
 import numpy as np
 import torch
+import fixturelib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOK_DIR = os.path.join(REPO, "tests", "fixtures", "tokenizers")
@@ -138,15 +139,6 @@ PROMPTS = {
         "def add(a, b):\n    return a + b",
     ],
 }
-
-
-def dump_json(obj, path):
-    """Indented JSON, but with lists of numbers kept on one line."""
-    text = json.dumps(obj, indent=1, ensure_ascii=False)
-    text = re.sub(r"\[\s*([-0-9.e, \n]+?)\s*\]",
-                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
-    with open(path, "w") as f:
-        f.write(text + "\n")
 
 
 def config_class(arch):
@@ -432,7 +424,7 @@ def make_one(spec, out_root, verbose=True):
         "config_style": spec["style"], "vocab_size": vocab, "rope": rope,
         "new_tokens": NEW_TOKENS, "notes": notes, "prompts": prompts,
     }
-    dump_json(ref_json, os.path.join(dst, "reference.json"))
+    fixturelib.dump_json(ref_json, os.path.join(dst, "reference.json"))
     for fn in os.listdir(dst):
         os.chmod(os.path.join(dst, fn), 0o644)
     if verbose:

@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import fixturelib  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_model_fixtures as G  # noqa: E402
@@ -122,11 +123,7 @@ def llama_cpp_reference(lcpp, bin_dir):
            "compute": "llama.cpp CPU backend through its C API, 2 threads, n_batch 512 (the prompt in one batch)",
            "files": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        exe = os.path.join(tmp, "llama_cpp_greedy")
-        subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(REPO, "tools", "llama_cpp_greedy.cpp"),
-                        "-I" + os.path.join(lcpp, "include"), "-I" + os.path.join(lcpp, "ggml", "include"),
-                        "-L" + bin_dir, "-lllama", "-lggml", "-lggml-base", "-Wl,-rpath," + bin_dir, "-o", exe],
-                       check=True)
+        exe = fixturelib.build_llama_cpp_greedy(REPO, lcpp, bin_dir, tmp)
         for name, ids_path in ids_of.items():
             gguf = os.path.join(OUT, name + ".gguf")
             with open(ids_path) as f:

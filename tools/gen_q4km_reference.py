@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import zlib
+import fixturelib  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "smollm2", "q4_k_m_llamacpp.json")
@@ -58,11 +59,7 @@ def main():
         tensors = [{"name": t.name, "type": t.tensor_type.name, "source_type": src_types[t.name],
                     "shape": [int(x) for x in reversed(t.shape.tolist())],
                     "crc32": zlib.crc32(bytes(t.data.tobytes())) & 0xffffffff} for t in r.tensors]
-        exe = os.path.join(tmp, "llama_cpp_greedy")
-        subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(ROOT, "tools", "llama_cpp_greedy.cpp"),
-                        "-I" + os.path.join(args.llama_cpp, "include"),
-                        "-I" + os.path.join(args.llama_cpp, "ggml", "include"), "-L" + args.llama_bin, "-lllama",
-                        "-lggml", "-lggml-base", "-Wl,-rpath," + args.llama_bin, "-o", exe], check=True)
+        exe = fixturelib.build_llama_cpp_greedy(ROOT, args.llama_cpp, args.llama_bin, tmp)
         prompts = []
         for p in ref["prompts"][:3]:
             out = subprocess.run([exe, "--detail", q4km, "-", str(NEW_TOKENS)] + [str(i) for i in p["ids"]],

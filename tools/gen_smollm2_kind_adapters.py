@@ -50,7 +50,8 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tools"))
-from train_demo_adapter import HELDOUT_CANDIDATES, build_examples, greedy, load_base  # noqa: E402
+from train_demo_adapter import HELDOUT_CANDIDATES, build_examples, load_base  # noqa: E402
+import fixturelib  # noqa: E402
 
 GENERATOR = "tools/gen_smollm2_kind_adapters.py"
 OUT = os.path.join(REPO, "tests", "fixtures", "smollm2_kinds")
@@ -80,8 +81,7 @@ CANDIDATES = HELDOUT_CANDIDATES  # the pirate demo's 9 held-out questions
 
 
 def versions():
-    import importlib.metadata as md
-    return {p: md.version(p) for p in ["torch", "transformers", "peft", "safetensors", "gguf"]}
+    return fixturelib.versions(["torch", "transformers", "peft", "safetensors", "gguf"])
 
 
 def peft_config(kind):
@@ -131,17 +131,7 @@ def save_adapter(pm, d):
                 p.data = p.data.to(torch.bfloat16)
     pm.peft_config["default"].base_model_name_or_path = BASE_NAME
     pm.save_pretrained(d)
-    readme = os.path.join(d, "README.md")
-    if os.path.exists(readme):
-        os.remove(readme)
-    cpath = os.path.join(d, "adapter_config.json")
-    with open(cpath) as f:
-        cfg = json.load(f)
-    if isinstance(cfg.get("target_modules"), list):
-        cfg["target_modules"] = sorted(cfg["target_modules"])  # PEFT writes a set: keep the file deterministic
-    with open(cpath, "w") as f:
-        json.dump(cfg, f, indent=2, sort_keys=True)
-        f.write("\n")
+    fixturelib.normalize_peft_dir(d)
     from safetensors import safe_open
     with safe_open(os.path.join(d, "adapter_model.safetensors"), "pt") as f:
         keys = sorted(f.keys())
@@ -198,7 +188,7 @@ def main():
         prompts.append({"question": q, "text": text, "ids": tok(text, add_special_tokens=True).input_ids})
     base = base0
     for p in prompts:
-        p["base_greedy"], p["base_top2_gap"] = greedy(base, p["ids"], NEW_TOKENS)
+        p["base_greedy"], p["base_top2_gap"], _ = fixturelib.greedy(base, p["ids"], NEW_TOKENS)
         p["base_greedy_text"] = tok.decode(p["base_greedy"])
         p["adapters"] = {}
     for kind in KINDS:
@@ -208,7 +198,7 @@ def main():
         dtypes = sorted({str(p.dtype) for n, p in pm.named_parameters() if "base_layer" not in n and
                          any(s in n for s in ("lora_", "hada_", "lokr_"))})
         for p in prompts:
-            new, gaps = greedy(pm, p["ids"], NEW_TOKENS)
+            new, gaps, _ = fixturelib.greedy(pm, p["ids"], NEW_TOKENS)
             rec = {"greedy": new, "top2_gap": [round(x, 6) for x in gaps], "min_top2_gap": round(min(gaps), 6),
                    "greedy_text": tok.decode(new), "param_dtypes_at_compute": dtypes}
             for k, s in enumerate(SCALES):
@@ -221,7 +211,7 @@ def main():
         print(f"{kind}: {len(p_ok)}/{len(prompts)} prompts changed by the adapter", flush=True)
         merged = pm.merge_and_unload()
         for p in prompts:
-            p["adapters"][kind]["merged_greedy_equal"] = greedy(merged, p["ids"], NEW_TOKENS)[0] == \
+            p["adapters"][kind]["merged_greedy_equal"] = fixturelib.greedy(merged, p["ids"], NEW_TOKENS)[0] == \
                 p["adapters"][kind]["greedy"]
         del merged, pm, base
 

@@ -24,6 +24,7 @@ import os
 import sys
 
 import torch
+import fixturelib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEW_TOKENS = 32
@@ -43,33 +44,6 @@ def prompts_for(tok):
         ("code", "# Python function to reverse a string\ndef reverse_string(s):\n"),
         ("plain", "Photosynthesis is the process by which plants"),
     ]
-
-
-def _cache_kw(model):
-    """transformers >= 5.x renamed forward(past_key_values=) to forward(cache=)."""
-    import inspect
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-@torch.no_grad()
-def greedy(model, ids, n):
-    """Pure argmax decoding with the KV cache; returns (new ids, per-step top2 gap, first logits)."""
-    input_ids = torch.tensor([ids], dtype=torch.long)
-    kw = _cache_kw(model)
-    out = model(input_ids=input_ids, use_cache=True)
-    past = out.past_key_values
-    logits = out.logits[0, -1].float()
-    first_logits = logits.clone()
-    new, gaps = [], []
-    for _ in range(n):
-        top2 = torch.topk(logits, 2)
-        nxt = int(top2.indices[0])
-        new.append(nxt)
-        gaps.append(float(top2.values[0] - top2.values[1]))
-        out = model(input_ids=torch.tensor([[nxt]]), use_cache=True, **{kw: past})
-        past = out.past_key_values
-        logits = out.logits[0, -1].float()
-    return new, gaps, first_logits
 
 
 @torch.no_grad()
@@ -104,7 +78,7 @@ def main():
         # The GGUF sets tokenizer.ggml.add_bos_token = false, so no BOS is prepended; the chat
         # template text already contains its <|im_start|> specials, which encode as single ids.
         ids = tok(text, add_special_tokens=True).input_ids
-        new, gaps, first_logits = greedy(model, ids, NEW_TOKENS)
+        new, gaps, first_logits = fixturelib.greedy(model, ids, NEW_TOKENS)
         if not args.no_crosscheck:
             nocache = greedy_full_recompute(model, ids, NEW_TOKENS)
             if nocache != new:

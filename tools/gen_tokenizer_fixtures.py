@@ -33,6 +33,7 @@ import random
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
 from tokenizers import pre_tokenizers, processors, trainers
+import fixturelib  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "tokenizers")
 
@@ -135,13 +136,6 @@ def fuzz_samples(n=80, seed=20240601):
     return out
 
 
-def write_json(path, obj):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, indent=1, sort_keys=False)
-        f.write("\n")
-
-
 def reference(tok, add_special_ok=True):
     cases = []
     for text in SAMPLES + fuzz_samples():
@@ -171,8 +165,8 @@ def save(name, tok, config=None):
     # Round-trip through the file so the references come from exactly what was written.
     tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
     if config is not None:
-        write_json(os.path.join(d, "tokenizer_config.json"), config)
-    write_json(os.path.join(d, "reference.json"), reference(tok))
+        fixturelib.write_json(os.path.join(d, "tokenizer_config.json"), config, ensure_ascii=False)
+    fixturelib.write_json(os.path.join(d, "reference.json"), reference(tok), ensure_ascii=False)
     print(f"{name}: vocab {tok.get_vocab_size(True)}")
     return tok
 

@@ -64,6 +64,7 @@ import sys
 import time
 
 import torch
+import fixturelib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATOR = "tools/train_demo_adapter.py"
@@ -190,17 +191,7 @@ TRAIN_QUESTIONS = [
 
 # Never used for training: the reference prompts are picked from these (the same pool as
 # tools/train_demo_mlx_adapter.py; all have a base-model min top1-top2 gap > 0.045 over 32 greedy steps).
-HELDOUT_CANDIDATES = [
-    "What is the tallest mountain in the world?",
-    "How do I make a cup of tea?",
-    "Why is the sky blue?",
-    "How does the human heart work?",
-    "How do I plan a birthday party?",
-    "What is the best way to study for an exam?",
-    "What are the benefits of regular exercise?",
-    "What is the history of the internet?",
-    "Describe the water cycle.",
-]
+HELDOUT_CANDIDATES = fixturelib.HELDOUT_CANDIDATES
 
 PIRATE_WORDS = {
     "you": "ye", "your": "yer", "yours": "yers", "yourself": "yerself", "my": "me", "is": "be", "are": "be",
@@ -252,14 +243,7 @@ def trim_answer(text):
 
 
 def versions():
-    import importlib.metadata as md
-    out = {}
-    for p in ["torch", "transformers", "peft", "safetensors", "gguf", "numpy"]:
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
+    return fixturelib.versions(["torch", "transformers", "peft", "safetensors", "gguf", "numpy"])
 
 
 def load_base(gguf):
@@ -363,17 +347,7 @@ def save_adapter(pm, out_dir):
                 p.data = p.data.to(torch.bfloat16)
     pm.peft_config["default"].base_model_name_or_path = BASE_NAME
     pm.save_pretrained(out_dir)
-    readme = os.path.join(out_dir, "README.md")
-    if os.path.exists(readme):
-        os.remove(readme)
-    cpath = os.path.join(out_dir, "adapter_config.json")
-    with open(cpath) as f:
-        cfg = json.load(f)
-    if isinstance(cfg.get("target_modules"), list):
-        cfg["target_modules"] = sorted(cfg["target_modules"])  # PEFT writes a set: make the file deterministic
-    with open(cpath, "w") as f:
-        json.dump(cfg, f, indent=2, sort_keys=True)
-        f.write("\n")
+    fixturelib.normalize_peft_dir(out_dir)
     from safetensors import safe_open
     with safe_open(os.path.join(out_dir, "adapter_model.safetensors"), "pt") as f:
         keys = list(f.keys())
@@ -384,29 +358,6 @@ def save_adapter(pm, out_dir):
         raise RuntimeError(f"unexpected adapter file: {len(keys)} keys, dtypes {dtypes}, bad keys {bad[:4]}")
     print(f"wrote {out_dir}: {len(keys)} bf16 tensors, "
           f"{os.path.getsize(os.path.join(out_dir, 'adapter_model.safetensors')) / 1e6:.2f} MB")
-
-
-def _cache_kw(model):
-    import inspect
-    fwd = model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward
-    return "cache" if "cache" in inspect.signature(fwd).parameters else "past_key_values"
-
-
-@torch.no_grad()
-def greedy(model, ids, n):
-    """Pure argmax decoding with the KV cache; returns (new ids, per-step top1-top2 gaps)."""
-    kw = _cache_kw(model)
-    out = model(input_ids=torch.tensor([ids]), use_cache=True)
-    past, logits = out.past_key_values, out.logits[0, -1].float()
-    new, gaps = [], []
-    for _ in range(n):
-        top2 = torch.topk(logits, 2)
-        nxt = int(top2.indices[0])
-        new.append(nxt)
-        gaps.append(float(top2.values[0] - top2.values[1]))
-        out = model(input_ids=torch.tensor([[nxt]]), use_cache=True, **{kw: past})
-        past, logits = out.past_key_values, out.logits[0, -1].float()
-    return new, gaps
 
 
 @torch.no_grad()
@@ -440,9 +391,9 @@ def write_reference(args, train_info):
         messages = [{"role": "user", "content": q}]
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = tok(text, add_special_tokens=True).input_ids
-        new, gaps = greedy(model, ids, NEW_TOKENS)
+        new, gaps, _ = fixturelib.greedy(model, ids, NEW_TOKENS)
         with model.disable_adapter():
-            bnew, bgaps = greedy(base, ids, NEW_TOKENS)
+            bnew, bgaps, _ = fixturelib.greedy(base, ids, NEW_TOKENS)
         rec = {
             "messages": messages, "text": text, "ids": ids,
             "greedy": new, "top2_gap": [round(x, 6) for x in gaps], "min_top2_gap": round(min(gaps), 6),

@@ -62,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import fixturelib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATOR = "tools/train_demo_mlx_adapter.py"
@@ -117,38 +118,18 @@ VALID_CHATS = [
 ]
 
 # Never used for training; the reference prompts are picked from these (min top1-top2 gap).
-HELDOUT_CANDIDATES = [
-    "What is the tallest mountain in the world?",
-    "How do I make a cup of tea?",
-    "Why is the sky blue?",
-    "How does the human heart work?",
-    "How do I plan a birthday party?",
-    "What is the best way to study for an exam?",
-    "What are the benefits of regular exercise?",
-    "What is the history of the internet?",
-    "Describe the water cycle.",
-]
+HELDOUT_CANDIDATES = fixturelib.HELDOUT_CANDIDATES
 
 Q4_TENSORS = ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.mlp.down_proj",
               "model.embed_tokens"]
 
 
 def versions():
-    import importlib.metadata as md
-    out = {}
-    for p in ["mlx", "mlx-lm", "torch", "transformers", "safetensors", "gguf", "numpy"]:
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
+    return fixturelib.versions(["mlx", "mlx-lm", "torch", "transformers", "safetensors", "gguf", "numpy"])
 
 
 def write_json(path, obj):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    fixturelib.write_json(path, obj, ensure_ascii=False)
     print(f"wrote {path}")
 
 
