@@ -69,6 +69,17 @@ std::shared_ptr<const InterleavedBlocks> interleave_super_blocks(const Tensor& w
   return out;
 }
 
+// The driver read back: checks the copy is of `kind`, zeroes row j's GGUF bytes and calls
+// super(g, r, sb, p) for each super-block sb (bytes p) of it.
+template <class Super>
+void deinterleave_super_blocks(const InterleavedBlocks& b, InterleavedKind kind, int64_t j, uint8_t* row,
+                               int64_t super_bytes, Super&& super) {
+  if (b.kind != kind) fail_as(ErrorKind::kInternal, "deinterleave: not a copy of the expected kind");
+  const int64_t g = j / kRows, r = j % kRows, supers = b.k / kSuper;
+  std::memset(row, 0, static_cast<size_t>(supers * super_bytes));
+  for (int64_t sb = 0; sb < supers; ++sb) super(g, r, sb, row + sb * super_bytes);
+}
+
 // Sets column e's 6-bit code q in a Q6_K super-block's ql / qh (the copy read back).
 void set_q6k_code(uint8_t* p, int e, int q) {
   const int h = e / 128, s = (e % 128) / 32, l = e % 32;
@@ -106,11 +117,8 @@ std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, Thread
 }
 
 void deinterleave_q4_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
-  if (b.kind != InterleavedKind::Q4_K) fail_as(ErrorKind::kInternal, "deinterleave_q4_k_row: not a Q4_K copy");
-  const int64_t g = j / kRows, r = j % kRows;
-  std::memset(row, 0, static_cast<size_t>(b.k / kSuper * kQ4KBytes));
-  for (int64_t sb = 0; sb < b.k / kSuper; ++sb) {
-    uint8_t* p = row + sb * kQ4KBytes;
+  deinterleave_super_blocks(b, InterleavedKind::Q4_K, j, row, kQ4KBytes,
+                            [&](int64_t g, int64_t r, int64_t sb, uint8_t* p) {
     const uint16_t* d = b.q4k_d(g, sb * 8);
     const uint16_t dmin = static_cast<uint16_t>(d[kRows + r] ^ 0x8000u);
     std::memcpy(p, &d[r], 2);
@@ -136,7 +144,7 @@ void deinterleave_q4_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) 
           qs[16 + 4 * t + e] |= static_cast<uint8_t>((src[t * 64 + e] >> 4) << shift);
         }
     }
-  }
+  });
 }
 
 std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, ThreadPool* pool) {
@@ -192,11 +200,8 @@ std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, Thread
 }
 
 void deinterleave_q6_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
-  if (b.kind != InterleavedKind::Q6_K) fail_as(ErrorKind::kInternal, "deinterleave_q6_k_row: not a Q6_K copy");
-  const int64_t g = j / kRows, r = j % kRows;
-  std::memset(row, 0, static_cast<size_t>(b.k / kSuper * kQ6KBytes));
-  for (int64_t sb = 0; sb < b.k / kSuper; ++sb) {
-    uint8_t* p = row + sb * kQ6KBytes;
+  deinterleave_super_blocks(b, InterleavedKind::Q6_K, j, row, kQ6KBytes,
+                            [&](int64_t g, int64_t r, int64_t sb, uint8_t* p) {
     const uint16_t d = f32_to_f16(b.q6k_d(g, sb * 8)[r]);
     std::memcpy(p + 208, &d, 2);
     for (int s = 0; s < 8; ++s) {
@@ -211,7 +216,7 @@ void deinterleave_q6_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) 
         set_q6k_code(p, 32 * s + c, q);
       }
     }
-  }
+  });
 }
 
 }  // namespace graft::compute

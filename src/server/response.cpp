@@ -1,9 +1,8 @@
 // Response shaping for graft serve (response.h): errors, native and OpenAI bodies, stream chunks.
 #include "server/response.h"
 
+#include <algorithm>
 #include <cmath>
-#include <limits>
-#include <map>
 
 #include "graft/core/error.h"
 

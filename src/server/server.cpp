@@ -161,13 +161,11 @@ void load(State& st, const ServerOptions& o, const engine::EngineOptions& eo) {
   if (m.chat_template) st.chat = std::make_unique<text::ChatPrompt>(st.engine->tokenizer(), *m.chat_template, m.chat_template_origin);
   const int64_t total = o.ctx_size > 0 ? o.ctx_size : m.config.max_position_embeddings;
   st.slot_ctx = std::max<int64_t>(2, total / o.parallel);
-  SchedulerOptions so;
-  so.parallel = o.parallel;
-  so.slot_ctx = st.slot_ctx;
-  so.batch_tokens = o.batch_size;
-  so.queue_size = o.queue_size;
-  so.cache_type = o.cache_type;
-  st.scheduler = std::make_unique<Scheduler>(*st.engine, so);
+  st.scheduler = std::make_unique<Scheduler>(*st.engine, SchedulerOptions{.parallel = o.parallel,
+                                                                           .slot_ctx = st.slot_ctx,
+                                                                           .batch_tokens = o.batch_size,
+                                                                           .queue_size = o.queue_size,
+                                                                           .cache_type = o.cache_type});
   if (o.embeddings) st.pooling = o.pooling ? *o.pooling : engine::default_pooling(m.config);
   std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s) | activations: %s | %s\n",
                o.parallel, static_cast<long long>(st.slot_ctx), std::string(runtime::kv_cache_type_name(o.cache_type)).c_str(),

@@ -28,14 +28,10 @@
 #include "graft/compute/weight.h"
 #include "test_paths.h"
 
-namespace graft::runtime {
+namespace graft::engine {
 namespace {
 using test::LoraSet;
 using test::make_lora_set;
-
-using engine::generate;
-using engine::GenerateOptions;
-using engine::GenerateResult;
 
 namespace fs = std::filesystem;
 
@@ -45,8 +41,8 @@ void expect_greedy(const model::LoadedModel& m, std::shared_ptr<const LoraSet> s
   const auto expect = p[greedy_key].get<std::vector<int32_t>>();
   const auto gaps = p[gap_key].get<std::vector<double>>();
   ThreadPool pool(2);
-  Transformer t(m.config, m.weights);
-  KVCache cache(m.config, 512, test::kReferenceCache);
+  runtime::Transformer t(m.config, m.weights);
+  runtime::KVCache cache(m.config, 512, test::kReferenceCache);
   GenerateOptions g;
   g.max_tokens = static_cast<int64_t>(expect.size());
   g.sampling.temperature = 0;
@@ -162,7 +158,7 @@ TEST(SmolLM2Adapters, InterleavedAffineGreedyStaysNearMlxLm) {
     const model::LoadedModel exact = model::load_model(test::smollm2_gguf(), o);
     model::LoadedModel fast = model::load_model(test::smollm2_gguf(), o);
     ThreadPool prep(2);
-    ASSERT_GT(prepare_weights(fast.weights, prep), 0);
+    ASSERT_GT(runtime::prepare_weights(fast.weights, prep), 0);
     const int64_t V = exact.config.vocab_size;
     for (const auto& p : ref["prompts"]) {
       const auto ids = p["ids"].get<std::vector<int32_t>>();
@@ -188,4 +184,4 @@ TEST(SmolLM2Adapters, InterleavedAffineGreedyStaysNearMlxLm) {
 }
 
 }  // namespace
-}  // namespace graft::runtime
+}  // namespace graft::engine

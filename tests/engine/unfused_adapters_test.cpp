@@ -24,14 +24,10 @@
 #include "support/run_util.h"
 #include "test_paths.h"
 
-namespace graft::runtime {
+namespace graft::engine {
 namespace {
 using test::LoraSet;
 using test::make_lora_set;
-
-using engine::generate;
-using engine::GenerateOptions;
-using engine::GenerateResult;
 
 using adapter::AdapterUse;
 
@@ -44,12 +40,12 @@ const std::vector<int32_t> kPrompt = {5, 17, 42, 99, 3, 250, 7, 11};
 std::vector<float> logits(const model::LoadedModel& m, std::shared_ptr<const LoraSet> loras,
                           std::vector<float> scales, const std::vector<int32_t>& prompt = kPrompt) {
   ThreadPool pool(2);
-  Transformer t(m.config, m.weights);
+  runtime::Transformer t(m.config, m.weights);
   // F32 cache: these tests compare against PEFT's F32 logits and fused against unfused at 2e-5; the
   // default F16 cache amplifies the two paths' last-bit differences past that (measured 2e-4).
-  KVCache cache(m.config, 64, DType::F32);
+  runtime::KVCache cache(m.config, 64, DType::F32);
   const auto adapters = test::scaled(loras, scales);
-  SequenceInput in{&cache, prompt, true, adapters};
+  runtime::SequenceInput in{&cache, prompt, true, adapters};
   return t.forward(pool, std::span(&in, 1));
 }
 
@@ -134,14 +130,14 @@ TEST(LoraRuntime, BatchWithDifferentAdaptersPerSequenceEqualsSeparateRuns) {
   const std::vector<std::vector<int32_t>> prompts = {{5, 17, 42}, {99, 3}, {250, 7, 11, 12}, {8}};
   const std::vector<std::vector<float>> scales = {{1.0f, 0.0f}, {0.0f, 0.0f}, {0.5f, -1.0f}, {0.0f, 2.0f}};
   ThreadPool pool(2);
-  Transformer t(base.config, base.weights);
-  std::vector<KVCache> caches;
-  std::vector<std::vector<ScaledAdapter>> chosen;
+  runtime::Transformer t(base.config, base.weights);
+  std::vector<runtime::KVCache> caches;
+  std::vector<std::vector<runtime::ScaledAdapter>> chosen;
   for (size_t i = 0; i < prompts.size(); ++i) {
     caches.emplace_back(base.config, 16, DType::F32);  // as logits()
     chosen.push_back(test::scaled(set, scales[i]));
   }
-  std::vector<SequenceInput> batch;
+  std::vector<runtime::SequenceInput> batch;
   for (size_t i = 0; i < prompts.size(); ++i) batch.push_back({&caches[i], prompts[i], true, chosen[i]});
   const auto together = t.forward(pool, batch);
   size_t off = 0;
@@ -159,38 +155,38 @@ TEST(LoraRuntime, LiveScaleChangeAppliesFromTheNextToken) {
   model::LoadedModel base = model::load_model(test::fixture("models/llama_f32"));
   auto set = make_lora_set(base.config, *base.source, {{a, 1.0f}});
   ThreadPool pool(2);
-  Transformer t(base.config, base.weights);
+  runtime::Transformer t(base.config, base.weights);
   GenerateOptions g;
   g.max_tokens = 10;
   g.sampling.temperature = 0;
   g.adapters = test::scaled(set, {1.0f});
-  g.update_scales = [](int64_t generated, std::vector<ScaledAdapter>& s) {
+  g.update_scales = [](int64_t generated, std::vector<runtime::ScaledAdapter>& s) {
     if (generated == 4) s[0].scale = 0.0f;
   };
-  KVCache cache(base.config, 64);
+  runtime::KVCache cache(base.config, 64);
   const auto live = generate(pool, t, base.tokenizer, cache, kPrompt, g);
   ASSERT_EQ(live.tokens.size(), 10u);
 
   // The same by hand: prompt and the first 3 decode steps at scale 1, the rest at 0. Token i is
   // sampled from the logits of the step that consumed token i-1, so the change made before the
   // step that feeds token 4 shows from token 5 on.
-  KVCache c2(base.config, 64);
-  std::vector<ScaledAdapter> s = test::scaled(set, {1.0f});
-  SequenceInput in{&c2, kPrompt, false, s};
+  runtime::KVCache c2(base.config, 64);
+  std::vector<runtime::ScaledAdapter> s = test::scaled(set, {1.0f});
+  runtime::SequenceInput in{&c2, kPrompt, false, s};
   auto lg = t.forward(pool, std::span(&in, 1));
   std::vector<int32_t> manual;
   for (int i = 0; i < 10; ++i) {
     const int32_t next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
     manual.push_back(next);
     if (i == 3) s[0].scale = 0.0f;
-    SequenceInput step{&c2, std::span(&manual.back(), 1), false, s};
+    runtime::SequenceInput step{&c2, std::span(&manual.back(), 1), false, s};
     lg = t.forward(pool, std::span(&step, 1));
   }
   EXPECT_EQ(live.tokens, manual);
 
   // And the change is visible: all-on and all-off runs differ from the switched one.
   g.update_scales = nullptr;
-  KVCache c3(base.config, 64);
+  runtime::KVCache c3(base.config, 64);
   const auto always = generate(pool, t, base.tokenizer, c3, kPrompt, g);
   EXPECT_EQ(std::vector<int32_t>(always.tokens.begin(), always.tokens.begin() + 5),
             std::vector<int32_t>(live.tokens.begin(), live.tokens.begin() + 5));
@@ -216,23 +212,17 @@ TEST(LoraRuntime, RefusesWhatHasNoLowRankFormAndBadScales) {
   }
   auto set = make_lora_set(base.config, *base.source, {{read("adapters/peft_lora"), 1.0f}});
   ThreadPool pool(1);
-  Transformer t(base.config, base.weights);
-  KVCache cache(base.config, 16);
+  runtime::Transformer t(base.config, base.weights);
+  runtime::KVCache cache(base.config, 16);
   const auto& a = set->adapters[0];
-  const std::vector<std::vector<ScaledAdapter>> bads = {
+  const std::vector<std::vector<runtime::ScaledAdapter>> bads = {
       {{a, NAN, 0}}, {{a, INFINITY, 0}}, {{a, 1.0f, 0}, {a, 1.0f, 0}} /* listed twice */, {{nullptr, 1.0f, 0}}};
   for (const auto& bad : bads) {
-    SequenceInput in{&cache, kPrompt, false, bad};
+    runtime::SequenceInput in{&cache, kPrompt, false, bad};
     EXPECT_THROW(t.forward(pool, std::span(&in, 1)), Error);
     EXPECT_EQ(cache.size(), 0);  // refused before the cache changed
   }
 }
-
-}  // namespace
-}  // namespace graft::runtime
-
-namespace graft::runtime {
-namespace {
 
 // --no-mmap (LoadOptions::copy_weights) moves the weights, never changes them: dense, fused and
 // quantized models give the same bits as from the mapping.
@@ -257,4 +247,4 @@ TEST(LoraRuntime, CopiedWeightsGiveIdenticalLogits) {
 }
 
 }  // namespace
-}  // namespace graft::runtime
+}  // namespace graft::engine
