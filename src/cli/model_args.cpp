@@ -50,9 +50,9 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
   app.add_option("--q-bits", a.q_bits,
                  "Quantize dense weights at load to 4 or 8 bits (mlx affine, as graft quantize; fused adapters are "
                  "merged first)")
-      ->check(number_in(0, 8));
+      ->check(one_of({4, 8}));
   app.add_option("--q-group-size", a.q_group_size, "Group size for --q-bits: 32 | 64 | 128")
-      ->check(number_in(1, 1024))
+      ->check(one_of({32, 64, 128}))
       ->capture_default_str();
   app.add_option("-t,--threads", a.threads, "Worker threads (0 = all cores)")
       ->check(number_in(0, 4096))

@@ -1,11 +1,15 @@
-// Range checks for numeric command-line options, shown in --help and enforced by CLI11 before any
-// command runs: a value outside the range (or NaN, or not a number) is a usage error (exit 2).
+// Checks of numeric command-line options, shown in --help and enforced by CLI11 before any command
+// runs: a value outside the range or set (or NaN, or not a number) is a usage error (exit 2).
 #pragma once
 #include <CLI/CLI.hpp>
+
+#include <initializer_list>
 
 namespace graft::cli {
 
 // A finite number in [lo, hi].
 CLI::Validator number_in(double lo, double hi);
+// One of a few whole numbers (bit widths, group sizes).
+CLI::Validator one_of(std::initializer_list<int> allowed);
 
 }  // namespace graft::cli

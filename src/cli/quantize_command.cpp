@@ -5,6 +5,7 @@
 
 #include "cli/adapter_args.h"
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "cli/progress.h"
 #include "graft/core/error.h"
 #include "graft/core/interrupt.h"
@@ -43,8 +44,10 @@ Runner add_quantize_command(CLI::App& app) {
   auto a = std::make_shared<QuantizeArgs>();
   app.add_option("-m,--model", a->model, "Dense Hugging Face model directory (config.json + safetensors)")->required();
   app.add_option("-o,--out", a->out, "Output directory (must not exist or be empty)")->required();
-  app.add_option("--bits", a->bits, "Bits per weight: 4 | 8")->capture_default_str();
-  app.add_option("--group-size", a->group_size, "Weights per scale/bias group: 32 | 64 | 128")->capture_default_str();
+  app.add_option("--bits", a->bits, "Bits per weight: 4 | 8")->check(one_of({4, 8}))->capture_default_str();
+  app.add_option("--group-size", a->group_size, "Weights per scale/bias group: 32 | 64 | 128")
+      ->check(one_of({32, 64, 128}))
+      ->capture_default_str();
   app.add_option("--dtype", a->dtype, "Convert weights (and so scales/biases) to F32 | F16 | BF16 first (default: as stored)");
   app.footer(
       "Quantizes the embedding, every projection and an untied lm_head whose width divides by the group size;\n"

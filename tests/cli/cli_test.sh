@@ -222,9 +222,14 @@ grep -q '"bits": 4' "$TMP/q4/config.json" || fail "quantized config lacks the qu
 "$GRAFT" generate -m "$TMP/q4" -p "Hello world" --temp 0 -n 4 >/dev/null 2>"$TMP/err" || fail "generate on quantized: $(cat "$TMP/err")"
 "$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 4 --q-bits 8 --q-group-size 32 >/dev/null 2>"$TMP/err" \
   || fail "generate --q-bits: $(cat "$TMP/err")"
-expect_error gen-q-bits "not supported (supported: 4, 8)" -- generate -m "$TINY" -p hi --q-bits 2
-expect_error quantize-bits "not supported (supported: 4, 8)" -- quantize -m "$TINY" -o "$TMP/q3" --bits 3
-expect_error quantize-group "group size 48" -- quantize -m "$TINY" -o "$TMP/q3" --group-size 48
+# Values no command takes are bad arguments (exit 2), refused before anything is read.
+expect_error gen-q-bits "--q-bits: '2' is not one of 4, 8" 2 generate -m "$TINY" -p hi --q-bits 2
+expect_error gen-q-group "--q-group-size: '48' is not one of 32, 64, 128" 2 generate -m "$TINY" -p hi --q-bits 4 \
+  --q-group-size 48
+expect_error quantize-bits "--bits: '3' is not one of 4, 8" 2 quantize -m "$TINY" -o "$TMP/q3" --bits 3
+expect_error quantize-group "--group-size: '16' is not one of 32, 64, 128" 2 quantize -m "$TINY" -o "$TMP/q3" \
+  --group-size 16
+[ ! -e "$TMP/q3" ] || fail "quantize --bits 3 wrote $TMP/q3"
 expect_error quantize-existing "not empty" 2 quantize -m "$TINY" -o "$TMP/q4"
 [ -e "$TMP/q3" ] && fail "a refused quantize created its output directory"
 
