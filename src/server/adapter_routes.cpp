@@ -97,7 +97,7 @@ json adapter_model_entries(const State& st) {
 }
 
 void add_adapter_routes(httplib::Server& svr, State& st) {
-  svr.Post("/v1/load_lora_adapter", [&st](const httplib::Request& q, httplib::Response& res) {
+  st.routes.post(svr, "/v1/load_lora_adapter", [&st](const httplib::Request& q, httplib::Response& res) {
     if (!st.opts.allow_runtime_lora) return send_error(res, disabled());
     try {
       const json b = parse_body(q);
@@ -120,7 +120,7 @@ void add_adapter_routes(httplib::Server& svr, State& st) {
       send_error(res, load_error(e));
     }
   });
-  svr.Post("/v1/unload_lora_adapter", [&st](const httplib::Request& q, httplib::Response& res) {
+  st.routes.post(svr, "/v1/unload_lora_adapter", [&st](const httplib::Request& q, httplib::Response& res) {
     if (!st.opts.allow_runtime_lora) return send_error(res, disabled());
     try {
       const json b = parse_body(q);

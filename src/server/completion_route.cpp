@@ -290,11 +290,11 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
 
 void add_completion_routes(httplib::Server& svr, State& st) {
   for (const char* path : {"/completion", "/completions"})
-    svr.Post(path, [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::Completion, q, r); });
-  svr.Post("/v1/completions",
+    st.routes.post(svr, path, [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::Completion, q, r); });
+  st.routes.post(svr, "/v1/completions",
            [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::OaiCompletion, q, r); });
   for (const char* path : {"/v1/chat/completions", "/chat/completions"})
-    svr.Post(path, [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::OaiChat, q, r); });
+    st.routes.post(svr, path, [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::OaiChat, q, r); });
 }
 
 }  // namespace graft::server

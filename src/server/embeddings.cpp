@@ -205,10 +205,10 @@ void handle_embeddings(State& st, bool oai, const httplib::Request& http, httpli
 }  // namespace
 
 void add_embedding_routes(httplib::Server& svr, State& st) {
-  svr.Post("/v1/embeddings",
+  st.routes.post(svr, "/v1/embeddings",
            [&st](const httplib::Request& q, httplib::Response& r) { handle_embeddings(st, true, q, r); });
   for (const char* path : {"/embedding", "/embeddings"})
-    svr.Post(path, [&st](const httplib::Request& q, httplib::Response& r) { handle_embeddings(st, false, q, r); });
+    st.routes.post(svr, path, [&st](const httplib::Request& q, httplib::Response& r) { handle_embeddings(st, false, q, r); });
 }
 
 }  // namespace graft::server

@@ -25,12 +25,12 @@ int64_t parameter_count(const model::ModelConfig& c) {
 
 void add_info_routes(httplib::Server& svr, State& st) {
   for (const char* path : {"/health", "/v1/health"})
-    svr.Get(path, [&st](const httplib::Request&, httplib::Response& res) {
+    st.routes.get(svr, path, [&st](const httplib::Request&, httplib::Response& res) {
       if (!st.ready) return send_error(res, api_error(503, "unavailable_error", "Loading model"));
       send_json(res, 200, json{{"status", "ok"}});
     });
   for (const char* path : {"/v1/models", "/models"})
-    svr.Get(path, [&st](const httplib::Request&, httplib::Response& res) {
+    st.routes.get(svr, path, [&st](const httplib::Request&, httplib::Response& res) {
       const auto& m = st.engine->model();
       int64_t bytes = m.weights.lm_head.nbytes() + m.weights.embed.nbytes();
       for (const auto& L : m.weights.layers)
@@ -49,7 +49,7 @@ void add_info_routes(httplib::Server& svr, State& st) {
       send_json(res, 200, json{{"object", "list"}, {"data", data}});
     });
 
-  svr.Get("/props", [&st](const httplib::Request&, httplib::Response& res) {
+  st.routes.get(svr, "/props", [&st](const httplib::Request&, httplib::Response& res) {
     json params{{"n_predict", -1}, {"temperature", 0.8}, {"top_k", 40}, {"top_p", 0.95}, {"min_p", 0.05},
                 {"repeat_penalty", 1.0}, {"repeat_last_n", 64}, {"seed", -1}, {"cache_prompt", true}};
     send_json(res, 200,
@@ -65,7 +65,7 @@ void add_info_routes(httplib::Server& svr, State& st) {
                    {"build_info", "graft 0.1.0"}});
   });
 
-  svr.Post("/tokenize", [&st](const httplib::Request& q, httplib::Response& res) {
+  st.routes.post(svr, "/tokenize", [&st](const httplib::Request& q, httplib::Response& res) {
     try {
       const json b = parse_body(q);
       if (!b.is_object() || !b.contains("content") || !b["content"].is_string())
@@ -101,7 +101,7 @@ void add_info_routes(httplib::Server& svr, State& st) {
     }
   });
 
-  svr.Post("/detokenize", [&st](const httplib::Request& q, httplib::Response& res) {
+  st.routes.post(svr, "/detokenize", [&st](const httplib::Request& q, httplib::Response& res) {
     try {
       const json b = parse_body(q);
       if (!b.is_object() || !b.contains("tokens") || !b["tokens"].is_array())
@@ -120,7 +120,7 @@ void add_info_routes(httplib::Server& svr, State& st) {
     }
   });
 
-  svr.Get("/lora-adapters", [&st](const httplib::Request&, httplib::Response& res) {
+  st.routes.get(svr, "/lora-adapters", [&st](const httplib::Request&, httplib::Response& res) {
     json out = json::array();
     for (const auto& a : st.engine->adapters().list())
       out.push_back(json{{"id", a.id}, {"name", a.name}, {"path", a.path}, {"scale", a.scale},
@@ -129,7 +129,7 @@ void add_info_routes(httplib::Server& svr, State& st) {
                          {"bytes", a.bytes}, {"digest", "sha256:" + engine::digest_hex(a.content_digest)}});
     send_json(res, 200, out);
   });
-  svr.Post("/lora-adapters", [&st](const httplib::Request& q, httplib::Response& res) {
+  st.routes.post(svr, "/lora-adapters", [&st](const httplib::Request& q, httplib::Response& res) {
     try {
       const json b = parse_body(q);
       if (!b.is_array()) fail_as(ErrorKind::kBadRequest, "Request body must be an array");
@@ -140,7 +140,7 @@ void add_info_routes(httplib::Server& svr, State& st) {
     }
   });
 
-  svr.Get("/metrics", [&st](const httplib::Request&, httplib::Response& res) {
+  st.routes.get(svr, "/metrics", [&st](const httplib::Request&, httplib::Response& res) {
     if (!st.opts.metrics)
       return send_error(res, api_error(501, "not_supported_error",
                                        "This server does not support metrics endpoint. Start it with `--metrics`"));

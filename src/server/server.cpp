@@ -23,6 +23,21 @@
 
 namespace graft::server {
 
+void Routes::get(httplib::Server& svr, const std::string& path, httplib::Server::Handler h) {
+  methods_[path] += methods_[path].empty() ? "GET" : ", GET";
+  svr.Get(path, std::move(h));
+}
+
+void Routes::post(httplib::Server& svr, const std::string& path, httplib::Server::Handler h) {
+  methods_[path] += methods_[path].empty() ? "POST" : ", POST";
+  svr.Post(path, std::move(h));
+}
+
+std::string Routes::allowed(const std::string& path) const {
+  auto it = methods_.find(path);
+  return it == methods_.end() ? std::string() : it->second;
+}
+
 std::string truncated(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
 
 void send_json(httplib::Response& res, int status, const json& body) {
@@ -66,8 +81,14 @@ void add_guards(httplib::Server& svr, State& st) {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  svr.set_error_handler([&st](const httplib::Request&, httplib::Response& res) {
+  svr.set_error_handler([&st](const httplib::Request& q, httplib::Response& res) {
     if (!res.body.empty()) return;
+    if (res.status == 404 && !st.routes.allowed(q.path).empty()) {  // a known path, another method
+      res.set_header("Allow", st.routes.allowed(q.path));
+      return send_error(res, api_error(405, "invalid_request_error",
+                                       q.method + " is not allowed on " + q.path + " (allowed: " +
+                                           st.routes.allowed(q.path) + ")"));
+    }
     if (res.status == 404) return send_error(res, api_error(404, "not_found_error", "File Not Found"));
     if (res.status == 413)
       return send_error(res, api_error(413, "invalid_request_error",
@@ -195,7 +216,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   add_completion_routes(svr, st);
   add_info_routes(svr, st);
   add_adapter_routes(svr, st);
-  if (o.webui) add_web_routes(svr);
+  if (o.webui) add_web_routes(svr, st.routes);
   add_embedding_routes(svr, st);
   const int port = configure_and_bind(svr, o);
   std::fprintf(stderr, "graft serve: listening on http://%s:%d (loading %s, --activations %s)\n", o.host.c_str(), port,

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,19 @@
 #include "graft/server/server.h"
 
 namespace graft::server {
+
+// Every route's path and methods, recorded as the routes are added (then only read), so that a
+// known path asked with another method is answered 405 with its Allow header instead of 404.
+class Routes {
+ public:
+  void get(httplib::Server& svr, const std::string& path, httplib::Server::Handler h);
+  void post(httplib::Server& svr, const std::string& path, httplib::Server::Handler h);
+  // "GET, POST": the methods `path` is served with; "" for a path no route has.
+  std::string allowed(const std::string& path) const;
+
+ private:
+  std::map<std::string, std::string> methods_;
+};
 
 struct State {
   ServerOptions opts;
@@ -33,6 +47,7 @@ struct State {
   std::once_flag vocab_once;
   std::shared_ptr<const engine::TokenTrie> vocab;
   engine::Pooling pooling = engine::Pooling::Last;  // --pooling, else the model's (resolved at load)
+  Routes routes;
 };
 
 void send_json(httplib::Response& res, int status, const json& body);

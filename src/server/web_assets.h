@@ -8,6 +8,8 @@
 
 namespace graft::server {
 
+class Routes;  // state.h
+
 struct WebAsset {
   std::string_view name;          // file name in src/server/web/, e.g. "app.js"
   std::string_view content_type;  // from the extension
@@ -25,6 +27,6 @@ bool is_web_path(const std::string& path);
 // GET "/" and "/index.html" (index.html) and "/web/<file>", with ETag / If-None-Match (304) and
 // Cache-Control: no-cache (revalidate each time: the paths are stable, the contents change with
 // the binary). Not registered under --no-webui.
-void add_web_routes(httplib::Server& svr);
+void add_web_routes(httplib::Server& svr, Routes& routes);
 
 }  // namespace graft::server

@@ -1,6 +1,7 @@
 // graft serve's web page: the embedded files of src/server/web/ (web_assets.h) at "/" and "/web/".
 #include <string>
 
+#include "server/state.h"
 #include "server/web_assets.h"
 
 namespace graft::server {
@@ -40,13 +41,13 @@ bool is_web_path(const std::string& path) {
   return path == "/" || path == "/index.html" || std::string_view(path).substr(0, kPrefix.size()) == kPrefix;
 }
 
-void add_web_routes(httplib::Server& svr) {
+void add_web_routes(httplib::Server& svr, Routes& routes) {
   const WebAsset* index = find_asset("index.html");
   if (index)
     for (const char* path : {"/", "/index.html"})
-      svr.Get(path, [index](const httplib::Request& q, httplib::Response& r) { send_asset(*index, q, r); });
+      routes.get(svr, path, [index](const httplib::Request& q, httplib::Response& r) { send_asset(*index, q, r); });
   for (const auto& a : web_assets())
-    svr.Get(std::string(kPrefix) + std::string(a.name),
+    routes.get(svr, std::string(kPrefix) + std::string(a.name),
             [&a](const httplib::Request& q, httplib::Response& r) { send_asset(a, q, r); });
 }
 

@@ -331,6 +331,16 @@ def test_bad_requests_then_still_serving(server):
     assert "'tools[0].function'" in error_of(r, 400, "invalid_request_error")
     r = server.get("/no/such/route")
     error_of(r, 404, "not_found_error")
+    # A known route asked with another method: 405 naming the allowed ones (Allow header too).
+    r = server.get("/v1/chat/completions")
+    assert "allowed: POST" in error_of(r, 405, "invalid_request_error")
+    assert r.headers["Allow"] == "POST"
+    r = requests.post(server.url + "/health", json={})
+    assert "POST is not allowed on /health" in error_of(r, 405, "invalid_request_error")
+    assert r.headers["Allow"] == "GET"
+    r = requests.delete(server.url + "/lora-adapters")
+    error_of(r, 405, "invalid_request_error")
+    assert r.headers["Allow"] == "GET, POST"
     assert server.complete(PROMPT, n=8)["tokens"] == good
 
 
