@@ -85,6 +85,10 @@ void add_guards(httplib::Server& svr, State& st) {
     if (!res.body.empty()) return;
     if (res.status == 404 && !st.routes.allowed(q.path).empty()) {  // a known path, another method
       res.set_header("Allow", st.routes.allowed(q.path));
+      if (q.method == "OPTIONS") {  // what the path takes (RFC 9110), not an error
+        res.status = 204;
+        return;
+      }
       return send_error(res, api_error(405, "invalid_request_error",
                                        q.method + " is not allowed on " + q.path + " (allowed: " +
                                            st.routes.allowed(q.path) + ")"));

@@ -341,6 +341,8 @@ def test_bad_requests_then_still_serving(server):
     r = requests.delete(server.url + "/lora-adapters")
     error_of(r, 405, "invalid_request_error")
     assert r.headers["Allow"] == "GET, POST"
+    r = requests.options(server.url + "/v1/completions")
+    assert r.status_code == 204 and r.headers["Allow"] == "POST", (r.status_code, r.headers)
     assert server.complete(PROMPT, n=8)["tokens"] == good
 
 
