@@ -54,7 +54,8 @@ uint32_t nibble_word(const uint8_t* q, int t, int shift) {
 // of rows split over the pool.
 template <class Super>
 std::shared_ptr<const InterleavedBlocks> interleave_super_blocks(const Tensor& w, ThreadPool* pool, DType dtype,
-                                                                 InterleavedKind kind, int64_t super_bytes, Super&& super) {
+                                                                 InterleavedKind kind, int64_t super_bytes,
+                                                                 Super&& super) {
   if (w.dtype != dtype || w.shape.size() != 2 || w.shape[1] % kSuper != 0)
     fail_as(ErrorKind::kInternal, "interleave: a [n, k] ", dtype_name(dtype), " weight with k a multiple of 256, got ",
             dtype_name(w.dtype), " ", shape_str(w.shape));
@@ -69,12 +70,12 @@ std::shared_ptr<const InterleavedBlocks> interleave_super_blocks(const Tensor& w
   return out;
 }
 
-// The driver read back: checks the copy is of `kind`, zeroes row j's GGUF bytes and calls
-// super(g, r, sb, p) for each super-block sb (bytes p) of it.
+// The driver read back: checks the copy is of `kind` (the copy of a `dtype` matrix), zeroes row j's
+// GGUF bytes and calls super(g, r, sb, p) for each super-block sb (bytes p) of it.
 template <class Super>
-void deinterleave_super_blocks(const InterleavedBlocks& b, InterleavedKind kind, int64_t j, uint8_t* row,
-                               int64_t super_bytes, Super&& super) {
-  if (b.kind != kind) fail_as(ErrorKind::kInternal, "deinterleave: not a copy of the expected kind");
+void deinterleave_super_blocks(const InterleavedBlocks& b, DType dtype, InterleavedKind kind, int64_t j,
+                               uint8_t* row, int64_t super_bytes, Super&& super) {
+  if (b.kind != kind) fail_as(ErrorKind::kInternal, "deinterleave: not a ", dtype_name(dtype), " copy");
   const int64_t g = j / kRows, r = j % kRows, supers = b.k / kSuper;
   std::memset(row, 0, static_cast<size_t>(supers * super_bytes));
   for (int64_t sb = 0; sb < supers; ++sb) super(g, r, sb, row + sb * super_bytes);
@@ -117,7 +118,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, Thread
 }
 
 void deinterleave_q4_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
-  deinterleave_super_blocks(b, InterleavedKind::Q4_K, j, row, kQ4KBytes,
+  deinterleave_super_blocks(b, DType::Q4_K, InterleavedKind::Q4_K, j, row, kQ4KBytes,
                             [&](int64_t g, int64_t r, int64_t sb, uint8_t* p) {
     const uint16_t* d = b.q4k_d(g, sb * 8);
     const uint16_t dmin = static_cast<uint16_t>(d[kRows + r] ^ 0x8000u);
@@ -200,7 +201,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, Thread
 }
 
 void deinterleave_q6_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
-  deinterleave_super_blocks(b, InterleavedKind::Q6_K, j, row, kQ6KBytes,
+  deinterleave_super_blocks(b, DType::Q6_K, InterleavedKind::Q6_K, j, row, kQ6KBytes,
                             [&](int64_t g, int64_t r, int64_t sb, uint8_t* p) {
     const uint16_t d = f32_to_f16(b.q6k_d(g, sb * 8)[r]);
     std::memcpy(p + 208, &d, 2);

@@ -24,13 +24,18 @@
 namespace graft::server {
 
 void Routes::get(httplib::Server& svr, const std::string& path, httplib::Server::Handler h) {
-  methods_[path] += methods_[path].empty() ? "GET" : ", GET";
+  record(path, "GET");
   svr.Get(path, std::move(h));
 }
 
 void Routes::post(httplib::Server& svr, const std::string& path, httplib::Server::Handler h) {
-  methods_[path] += methods_[path].empty() ? "POST" : ", POST";
+  record(path, "POST");
   svr.Post(path, std::move(h));
+}
+
+void Routes::record(const std::string& path, const char* method) {
+  std::string& m = methods_[path];
+  m += (m.empty() ? "" : ", ") + std::string(method);
 }
 
 std::string Routes::allowed(const std::string& path) const {
@@ -65,7 +70,14 @@ namespace {
 
 void add_guards(httplib::Server& svr, State& st) {
   svr.set_pre_routing_handler([&st](const httplib::Request& q, httplib::Response& res) {
-    if (q.method == "OPTIONS" || q.path == "/health" || q.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (q.method == "OPTIONS") {  // what a known path takes (RFC 9110): 204 with Allow, no key needed
+      const std::string allowed = st.routes.allowed(q.path);
+      if (allowed.empty()) return httplib::Server::HandlerResponse::Unhandled;  // 404 as any unknown path
+      res.status = 204;
+      res.set_header("Allow", allowed);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (q.path == "/health" || q.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
     // The page's files hold no data: served while loading and without the key (it asks for one).
     if (st.opts.webui && is_web_path(q.path)) return httplib::Server::HandlerResponse::Unhandled;
     if (!st.ready) {
@@ -83,17 +95,13 @@ void add_guards(httplib::Server& svr, State& st) {
   });
   svr.set_error_handler([&st](const httplib::Request& q, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 404 && !st.routes.allowed(q.path).empty()) {  // a known path, another method
-      res.set_header("Allow", st.routes.allowed(q.path));
-      if (q.method == "OPTIONS") {  // what the path takes (RFC 9110), not an error
-        res.status = 204;
-        return;
-      }
-      return send_error(res, api_error(405, "invalid_request_error",
-                                       q.method + " is not allowed on " + q.path + " (allowed: " +
-                                           st.routes.allowed(q.path) + ")"));
+    if (res.status == 404) {
+      const std::string allowed = st.routes.allowed(q.path);
+      if (allowed.empty()) return send_error(res, api_error(404, "not_found_error", "File Not Found"));
+      res.set_header("Allow", allowed);  // a known path asked with another method
+      return send_error(res, api_error(405, "invalid_request_error", q.method + " is not allowed on " +
+                                                                         truncated(q.path) + " (allowed: " + allowed + ")"));
     }
-    if (res.status == 404) return send_error(res, api_error(404, "not_found_error", "File Not Found"));
     if (res.status == 413)
       return send_error(res, api_error(413, "invalid_request_error",
                                        "the request body is larger than the limit of " +

@@ -28,7 +28,8 @@ class Routes {
   std::string allowed(const std::string& path) const;
 
  private:
-  std::map<std::string, std::string> methods_;
+  void record(const std::string& path, const char* method);
+  std::map<std::string, std::string> methods_;  // path -> "GET, POST"
 };
 
 struct State {

@@ -16,6 +16,7 @@
 
 #include "graft/adapter/merge.h"
 #include "graft/core/error.h"
+#include "support/errors.h"
 
 namespace graft::adapter::merge_test {
 
@@ -240,14 +241,7 @@ inline void expect_policy_matches_reference(MergePolicy policy) {
   }
 }
 
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+inline std::string error_of(const std::function<void()>& f) { return test::message_of(f); }
 
 // W1 [2, 3] (full, or w1_a [2, 2]·w1_b [2, 3]), W2 [4, 5] (full, or w2_a [4, 2]·w2_b [2, 5]).
 inline KroneckerUpdate lokr(bool w1_factored, bool w2_factored, float scale) {

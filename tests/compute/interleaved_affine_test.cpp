@@ -98,7 +98,7 @@ TEST(InterleavedAffine, RefusesTheOtherInverse) {
 class InterleavedAffineKernel : public ::testing::TestWithParam<Q8Kernel> {
  protected:
   void SetUp() override {
-    if (skip_unless_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << kernel_name(GetParam());
+    if (kernel_missing(GetParam())) GTEST_SKIP() << "the CPU lacks " << kernel_name(GetParam());
   }
 };
 

@@ -88,7 +88,7 @@ TEST(InterleavedBlocks, RefusesOtherFormats) {
 class InterleavedKernel : public ::testing::TestWithParam<Q8Kernel> {
  protected:
   void SetUp() override {
-    if (skip_unless_supported(GetParam())) GTEST_SKIP() << "the CPU lacks " << kernel_name(GetParam());
+    if (kernel_missing(GetParam())) GTEST_SKIP() << "the CPU lacks " << kernel_name(GetParam());
   }
 };
 
@@ -395,7 +395,7 @@ TEST_P(KQuantFormat, WithinActivationRoundingOfF32MathOnDequantizedWeights) {
 class KQuantKernel : public ::testing::TestWithParam<std::tuple<int, Q8Kernel>> {
  protected:
   void SetUp() override {
-    if (skip_unless_supported(kernel())) GTEST_SKIP() << "the CPU lacks " << kernel_name(kernel());
+    if (kernel_missing(kernel())) GTEST_SKIP() << "the CPU lacks " << kernel_name(kernel());
   }
   const KQuant& q() const { return kKQuants[std::get<0>(GetParam())]; }
   Q8Kernel kernel() const { return std::get<1>(GetParam()); }

@@ -29,7 +29,7 @@ inline std::vector<float> run_interleaved(const compute::InterleavedBlocks& b, c
 
 // The SIMD group kernels, each tested where the CPU has it (skipped, and said so, where it has not).
 inline constexpr Q8Kernel kSimdKernels[] = {Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q8Kernel::Avx512Vnni};
-inline bool skip_unless_supported(Q8Kernel k) { return !compute::detail::q8_kernel_supported(k); }
+inline bool kernel_missing(Q8Kernel k) { return !compute::detail::q8_kernel_supported(k); }
 inline std::string kernel_name(Q8Kernel k) { return compute::detail::q8_kernel_name(k); }
 
 // Activation rows at ±127 (every block's max |x| is 1): all +1, all −1, then signs alternating every
