@@ -13,5 +13,6 @@ Runner add_fuse_command(CLI::App& app);
 Runner add_quantize_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
 Runner add_convert_command(CLI::App& app);
+Runner add_perplexity_command(CLI::App& app);
 
 }  // namespace graft::cli

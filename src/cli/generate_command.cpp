@@ -26,7 +26,7 @@ struct GenerateArgs {
   runtime::SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  std::vector<std::string> adapters, adapters_scaled, loras, loras_scaled;
+  AdapterOptions adapters;
 };
 
 // Regular files only (a FIFO would block), at most 64 MiB.
@@ -40,8 +40,7 @@ int run_generate(const GenerateArgs& a) {
   const std::string user_text = a.prompt_file.empty() ? a.prompt : read_file(a.prompt_file);
   // Every adapter argument and file is checked before the model is read.
   engine::EngineOptions o = engine_options(a.model);
-  o.load.fused_adapters = read_adapters(adapter_args(a.adapters, "--adapter", a.adapters_scaled, "--adapter-scaled"));
-  o.adapters = read_adapters(adapter_args(a.loras, "--lora", a.loras_scaled, "--lora-scaled"));
+  apply_adapter_options(a.adapters, o);
   engine::Engine e(o);
   const model::LoadedModel& m = e.model();
   // The first line: which numerics are in force (--activations) and the kernels they run on.
@@ -136,13 +135,7 @@ Runner add_generate_command(CLI::App& app) {
   app.add_option("-s,--seed", a->sampling.seed, "Random seed for reproducible sampling")->capture_default_str();
   app.add_option("--stop", a->stop, "Stop when this string appears (repeatable; not printed)");
   app.add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
-  app.add_option("--adapter", a->adapters,
-                 "Adapter(s) to fuse into the weights at load: DIR[,DIR...] (PEFT, mlx-lm, kohya/ComfyUI, LyCORIS; "
-                 "repeatable; adapters stack)");
-  app.add_option("--adapter-scaled", a->adapters_scaled, "Fused adapter(s) with a strength: DIR:SCALE[,DIR:SCALE...]");
-  app.add_option("--lora", a->loras,
-                 "Adapter(s) kept unfused (LoRA, DoRA, LoKr, LoHa terms) with a live scale: DIR[,DIR...] (works on quantized bases)");
-  app.add_option("--lora-scaled", a->loras_scaled, "Unfused adapter(s) with a scale: DIR:SCALE[,DIR:SCALE...]");
+  add_adapter_options(app, a->adapters);
   app.footer(
       "Text streams to stdout; prompt and decode speeds go to stderr.\n"
       "Example: graft generate -m models/SmolLM2-135M-Instruct.Q4_1.gguf --chat -p \"What is LoRA?\" --temp 0");

@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
   runners[serve] = graft::cli::add_serve_command(*serve);
   auto* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it to stdout");
   runners[gen] = graft::cli::add_generate_command(*gen);
+  auto* ppl = app.add_subcommand("perplexity", "Score a model on a text: perplexity, and KL divergence against a saved reference");
+  runners[ppl] = graft::cli::add_perplexity_command(*ppl);
   auto* inspect = app.add_subcommand("inspect", "Show what an adapter contains and, with --base, what it changes");
   runners[inspect] = graft::cli::add_inspect_command(*inspect);
   auto* fuse = app.add_subcommand("fuse", "Merge adapters into a base checkpoint and write a safetensors checkpoint");

@@ -91,6 +91,21 @@ std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, cons
   return out;
 }
 
+void add_adapter_options(CLI::App& app, AdapterOptions& a) {
+  app.add_option("--adapter", a.adapters,
+                 "Adapter(s) to fuse into the weights at load: DIR[,DIR...] (PEFT, mlx-lm, kohya/ComfyUI, LyCORIS; "
+                 "repeatable; adapters stack)");
+  app.add_option("--adapter-scaled", a.adapters_scaled, "Fused adapter(s) with a strength: DIR:SCALE[,DIR:SCALE...]");
+  app.add_option("--lora", a.loras,
+                 "Adapter(s) kept unfused (LoRA, DoRA, LoKr, LoHa terms) with a live scale: DIR[,DIR...] (works on quantized bases)");
+  app.add_option("--lora-scaled", a.loras_scaled, "Unfused adapter(s) with a scale: DIR:SCALE[,DIR:SCALE...]");
+}
+
+void apply_adapter_options(const AdapterOptions& a, engine::EngineOptions& o) {
+  o.load.fused_adapters = read_adapters(adapter_args(a.adapters, "--adapter", a.adapters_scaled, "--adapter-scaled"));
+  o.adapters = read_adapters(adapter_args(a.loras, "--lora", a.loras_scaled, "--lora-scaled"));
+}
+
 engine::EngineOptions engine_options(const ModelArgs& a) {
   engine::EngineOptions o;
   o.model = a.model;

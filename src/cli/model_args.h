@@ -30,6 +30,15 @@ struct ModelArgs {
 // --lora-dtype and --activations.
 void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help);
 
+// The adapter options of the commands that run one configuration (generate, perplexity): fused for
+// good at load (--adapter, --adapter-scaled) and unfused at a scale (--lora, --lora-scaled).
+struct AdapterOptions {
+  std::vector<std::string> adapters, adapters_scaled, loras, loras_scaled;
+};
+void add_adapter_options(CLI::App& app, AdapterOptions& a);
+// Reads and checks every adapter they name (before the model is read) into the engine options.
+void apply_adapter_options(const AdapterOptions& a, engine::EngineOptions& o);
+
 // "DIR[,DIR]" lists with scale 1 followed by "DIR:SCALE[,...]" lists, in that order.
 std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,
                                      const std::vector<std::string>& scaled, const char* scaled_opt);

@@ -136,6 +136,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
 std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos; }
 std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
+std::optional<int32_t> Tokenizer::added_bos() const {
+  if (!impl_->add_bos) return std::nullopt;
+  return impl_->bos_prefix.empty() ? impl_->bos : std::optional<int32_t>(impl_->bos_prefix.front());
+}
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
   auto a = impl_->added_by_text.find(token);

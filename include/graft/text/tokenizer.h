@@ -78,6 +78,8 @@ class Tokenizer {
   int32_t vocab_size() const;
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
+  // The id encode() puts first by default (the BOS it adds), or nullopt when it adds none.
+  std::optional<int32_t> added_bos() const;
   std::optional<int32_t> token_id(std::string_view token) const;  // exact vocab/added lookup
   const std::string& token_text(int32_t id) const;                 // as stored in the vocab
   bool is_special(int32_t id) const;
