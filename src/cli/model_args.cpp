@@ -41,9 +41,13 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
                  "Convert weight matrices at load: F32 | F16 | BF16 (default: as stored; GGUF block types become F32)");
   app.add_option("--merge-policy", a.merge_policy, "Fusing arithmetic: DeltaF32 | RankWiseF32 | RoundedBF16Delta")
       ->capture_default_str();
-  app.add_flag("--fuse-requantize", a.fuse_requantize,
-               "Allow fusing into an mlx-lm quantized checkpoint: dequantize, merge, quantize again (loses deltas "
-               "smaller than a quantization step; --lora keeps them)");
+  app.add_flag("--fuse-dense", a.fuse_dense,
+               "On a quantized base (GGUF blocks, mlx-lm), keep the matrices an --adapter is fused into in F32 (or "
+               "--dtype): the adapter exactly, but those matrices read 4 bytes a weight at decode. Default: quantized "
+               "again at 8 bits (Q8_0, or mlx 8-bit): a LoRA's change is far below a 4-bit step, so the base's own "
+               "4-6 bits would round it away. --lora applies it exactly at the base's own speed");
+  // The old opt-in to fusing into mlx-quantized bases, now always allowed: accepted so scripts keep working.
+  app.add_flag("--fuse-requantize", a.fuse_requantize)->group("");
   app.add_flag("--no-mmap", a.no_mmap,
                "Copy the weights into process memory instead of streaming them from the file mapping (faster "
                "decode: huge pages; the mapping's pages are released as each matrix is copied)");
@@ -120,7 +124,7 @@ engine::EngineOptions engine_options(const ModelArgs& a) {
   }
   o.load.copy_weights = a.no_mmap;
   o.load.merge_policy = adapter::parse_merge_policy(a.merge_policy);
-  o.load.fuse_requantize = a.fuse_requantize;
+  o.load.fuse_dense = a.fuse_dense;
   o.lora_dtype = runtime::parse_lora_dtype(a.lora_dtype);
   o.activations = compute::parse_activations(a.activations);
   return o;
@@ -129,12 +133,16 @@ engine::EngineOptions engine_options(const ModelArgs& a) {
 void report_adapters(engine::Engine& e, const engine::EngineOptions& o) {
   const model::LoadedModel& m = e.model();
   if (m.fused) {
-    std::fprintf(stderr, "fused %zu adapter(s) into %zu tensor(s) with %s\n", m.fused->adapters.size(),
-                 m.fused->updates.size(), adapter::policy_name(o.load.merge_policy));
-    if (o.load.fuse_requantize && m.quantized)
-      std::fprintf(stderr,
-                   "warning: --fuse-requantize: adapted weights were dequantized, merged and quantized again; "
-                   "deltas smaller than a quantization step are lost (apply the adapter with --lora to keep them)\n");
+    std::string formats;
+    for (const auto& [format, count] : m.fused_formats)
+      formats += (formats.empty() ? "" : ", ") + format + " x" + std::to_string(count);
+    // (Requantized matrices are the only ones held at 8 bits: model::LoadOptions::fuse_dense.)
+    const bool requantized = m.fused_formats.count("Q8_0") || m.fused_formats.count("mlx 8-bit");
+    std::fprintf(stderr, "fused %zu adapter(s) into %zu matrices with %s, held as %s%s\n", m.fused->adapters.size(),
+                 m.fused->updates.size(), adapter::policy_name(o.load.merge_policy), formats.c_str(),
+                 requantized ? " (a quantized base's matrices go to 8 bits: its own 4-6 bits would round the adapter "
+                               "away; --lora keeps the base's bytes, exactly; --fuse-dense is exact in F32)"
+                 : o.load.fuse_dense ? " (--fuse-dense)" : "");
   }
   if (e.adapters().fused() || e.adapters().size() == 0) return;
   int64_t terms = 0, bytes = 0;

@@ -17,7 +17,8 @@ struct ModelArgs {
   int q_group_size = 64;
   bool no_mmap = false;
   std::string merge_policy = "DeltaF32";
-  bool fuse_requantize = false;
+  bool fuse_dense = false;
+  bool fuse_requantize = false;  // the old name of the default (accepted, hidden)
   int threads = 0;
   int64_t ctx_size = 0;
   std::string cache_type = "f16";  // KV cache storage: f32 | f16 | bf16
@@ -26,7 +27,7 @@ struct ModelArgs {
 };
 
 // Registers -m/--model, --dtype, --q-bits, --q-group-size, --no-mmap, --merge-policy,
-// --fuse-requantize, -t/--threads, -c/--ctx-size (with the given help for --ctx-size), --cache-type,
+// --fuse-dense, -t/--threads, -c/--ctx-size (with the given help for --ctx-size), --cache-type,
 // --lora-dtype and --activations.
 void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help);
 

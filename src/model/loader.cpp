@@ -99,6 +99,43 @@ ModelSource open_model_source(const std::string& path) {
   return ModelSource{"safetensors", c, source, nullptr};
 }
 
+namespace {
+
+// Where each matrix an adapter is fused into goes (LoadOptions::fuse_dense): the loader's
+// instructions in `wo`, and the count per resulting format.
+std::map<std::string, int64_t> plan_fused_storage(const io::TensorSource& source,
+                                                  const QuantizedCheckpointSource* quantized,
+                                                  const adapter::WeightAdapterPlan& plan, const LoadOptions& options,
+                                                  WeightLoadOptions& wo) {
+  std::map<std::string, int64_t> formats;
+  for (const auto& [tensor, updates] : plan.updates) {
+    const std::optional<io::TensorInfo> info = source.info(tensor);
+    if (quantized && quantized->is_quantized(tensor)) {
+      if (options.fuse_dense) {
+        wo.dense.insert(tensor);
+        ++formats[std::string(dtype_name(options.weight_dtype.value_or(DType::F32)))];
+      } else {
+        wo.requantize.insert(tensor);
+        wo.requantize_scale_dtype = quantized->scale_dtype(tensor);
+        ++formats["mlx " + std::to_string(kRequantizeBits) + "-bit"];
+      }
+    } else if (info && dtype_is_quantized(info->dtype) && !options.weight_dtype && !options.quantize) {
+      // (--dtype or --q-bits convert every GGUF matrix anyway: the merged F32 follows them.)
+      if (options.fuse_dense) {
+        ++formats["F32"];
+        continue;
+      }
+      wo.requantize_blocks.insert(tensor);
+      ++formats["Q8_0"];
+    } else if (info) {
+      ++formats[std::string(dtype_name(options.weight_dtype.value_or(dtype_is_quantized(info->dtype) ? DType::F32 : info->dtype)))];
+    }
+  }
+  return formats;
+}
+
+}  // namespace
+
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   ModelSource src = open_model_source(path);
   std::optional<text::Tokenizer> tok;
@@ -131,25 +168,23 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   wo.quantized = quantized.get();
   std::shared_ptr<const io::TensorSource> weights_source = src.source;
   std::shared_ptr<const adapter::WeightAdapterPlan> plan;
+  std::map<std::string, int64_t> fused_formats;
   if (!options.fused_adapters.empty()) {
     const auto qweights = quantized ? quantized->quantized_weights() : std::vector<std::string>{};
+    // Quantized bases are requantized or kept dense (fuse_dense), never refused here.
     plan = bind_model_adapters(src.config, *src.source, options.fused_adapters, AdapterPath::Fused, qweights,
-                               options.fuse_requantize);
+                               /*allow_requantize=*/true);
     adapter::AdaptedSourceOptions ao;
     ao.policy = options.merge_policy;
     ao.pool = options.pool;
     ao.dtype = options.weight_dtype;  // merge straight into the load dtype: one rounding, not two
     weights_source = adapter::make_weight_adapter_source(src.source, plan, ao);
-    if (quantized)
-      for (const auto& [tensor, updates] : plan->updates)
-        if (quantized->is_quantized(tensor)) {
-          wo.requantize.insert(tensor);
-          wo.requantize_scale_dtype = quantized->scale_dtype(tensor);
-        }
+    fused_formats = plan_fused_storage(*src.source, quantized.get(), *plan, options, wo);
   }
   ModelWeights w = load_weights(src.config, *weights_source, wo);
-  return LoadedModel{path,     src.format, src.config,    src.source, quantized, plan, std::move(w), std::move(*tok),
-                     chat_template, template_origin};
+  return LoadedModel{path,          src.format,      src.config,      src.source,
+                     quantized,     plan,            std::move(fused_formats), std::move(w),
+                     std::move(*tok), chat_template, template_origin};
 }
 
 }  // namespace graft::model

@@ -88,10 +88,9 @@ std::shared_ptr<adapter::WeightAdapterPlan> bind_model_adapters(const ModelConfi
     std::vector<std::string> problems;
     for (const auto& [tensor, updates] : plan->updates)
       if (std::find(quantized_weights.begin(), quantized_weights.end(), tensor) != quantized_weights.end())
-        problems.push_back("'" + tensor + "' is stored quantized; fusing into a quantized weight is refused - apply " +
-                           "the adapter unfused with --lora (exact on quantized bases), or opt in with generate " +
-                           "--fuse-requantize (dequantize, merge, quantize again: deltas below one quantization step " +
-                           "are lost) or fuse --dequantize (dense output)");
+        problems.push_back("'" + tensor + "' is stored quantized; writing it merged is refused - write every " +
+                           "weight dense with fuse --dequantize, or apply the adapter at run time: generate/serve " +
+                           "--adapter (merged and quantized again) or --lora (exact on quantized bases)");
     if (!problems.empty()) refuse("cannot fuse adapter(s) into a quantized checkpoint", problems);
   }
   return plan;

@@ -9,6 +9,7 @@
 #include "graft/core/convert.h"
 #include "graft/core/error.h"
 #include "graft/core/finite.h"
+#include "graft/core/gguf_quantize.h"
 #include "graft/model/family.h"
 #include "graft/model/quantized_source.h"
 
@@ -56,11 +57,20 @@ Matrix affine_matrix(AffineQuantized q) {
   return Matrix::of(std::move(q));
 }
 
+// A fused matrix of a GGUF block base, merged in F32, as Q8_0 (llama-quantize's reference rounding).
+Tensor requantized_q8_0(const Tensor& merged) {
+  const Tensor f32 = to_f32(merged);
+  std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(DType::Q8_0, f32.numel())));
+  quantize_gguf_blocks(DType::Q8_0, f32.as<float>(), bytes.data(), f32.numel());
+  return Tensor::owned(DType::Q8_0, f32.shape, std::move(bytes));
+}
+
 Matrix read_matrix_stored(const io::TensorSource& s, const std::string& name, const WeightLoadOptions& o) {
-  if (o.quantized && o.quantized->is_quantized(name)) {
+  if (o.requantize_blocks.count(name)) return Matrix::of(requantized_q8_0(s.read(name)));
+  if (o.quantized && o.quantized->is_quantized(name) && !o.dense.count(name)) {
     if (!o.requantize.count(name)) return affine_matrix(o.quantized->quantized(name));
     const QuantSpec spec = o.quantized->spec(name);
-    return affine_matrix(quantize_affine(s.read(name), spec.bits, spec.group_size, o.requantize_scale_dtype));
+    return affine_matrix(quantize_affine(s.read(name), kRequantizeBits, spec.group_size, o.requantize_scale_dtype));
   }
   Tensor t = s.read(name);
   if (o.weight_dtype) t = convert_tensor(t, *o.weight_dtype);

@@ -171,11 +171,17 @@ int configure_and_bind(httplib::Server& svr, const ServerOptions& o) {
   return port;
 }
 
-// The ready line's adapter part: ", fused" or ", factors bf16", the residency limits, runtime
+// The ready line's adapter part: ", fused (Q4_1 x210)" or ", factors bf16", the residency limits, runtime
 // loading, embeddings.
 std::string adapter_summary(const State& st, const ServerOptions& o) {
   const auto& reg = st.engine->adapters();
   std::string how = reg.fused() ? ", fused" : reg.size() == 0 ? "" : ", factors " + st.lora_dtype;
+  if (reg.fused()) {  // the format the changed matrices are held in (requantized, or --fuse-dense)
+    how += " (";
+    for (const auto& [format, count] : st.engine->model().fused_formats)
+      how += (how.back() == '(' ? "" : ", ") + format + " x" + std::to_string(count);
+    how += ")";
+  }
   if (reg.limits().max_adapters > 0) how += ", at most " + std::to_string(reg.limits().max_adapters) + " resident";
   if (reg.limits().max_bytes > 0) how += ", resident terms <= " + std::to_string(reg.limits().max_bytes >> 20) + " MiB";
   if (o.allow_runtime_lora) how += ", runtime loading from " + o.lora_root;

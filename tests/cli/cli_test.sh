@@ -115,10 +115,10 @@ expect_error inspect-missing "no such file or directory" -- inspect "$TMP/no-ada
 for sub in inspect fuse quantize convert; do "$GRAFT" $sub --help >/dev/null || fail "graft $sub --help"; done
 
 # Adapters in generate: fused (--adapter) and unfused (--lora) give the same greedy text; bad
-# scales, adapters for another base, broken files and quantized fusing are refused up front.
+# scales, adapters for another base, broken files are refused up front.
 "$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --adapter "$PEFT" >"$TMP/gen_fused" 2>"$TMP/err" \
   || fail "generate --adapter: $(cat "$TMP/err")"
-grep -q "fused 1 adapter(s) into 14 tensor(s) with DeltaF32" "$TMP/err" || fail "no fuse report: $(cat "$TMP/err")"
+grep -q "fused 1 adapter(s) into 14 matrices with DeltaF32, held as F32 x14" "$TMP/err" || fail "no fuse report: $(cat "$TMP/err")"
 "$GRAFT" generate -m "$TINY" -p "Hello world" --temp 0 -n 12 --lora "$PEFT" >"$TMP/unfused" 2>"$TMP/err" \
   || fail "generate --lora: $(cat "$TMP/err")"
 cmp -s "$TMP/gen_fused" "$TMP/unfused" || fail "fused and unfused greedy text differ"
@@ -168,13 +168,16 @@ expect_error gen-truncated-adapter "adapter_model.safetensors" -- generate -m "$
 expect_error gen-tied-lm-head "ties lm_head to embed_tokens" -- generate -m "$SRC/tests/fixtures/models/qwen2_f32" -p hi \
   --lora "$SRC/tests/fixtures/engine_adapters/embed/peft_lm_head_qwen2_f32"
 QMODEL=$SRC/tests/fixtures/mlx_quant/models/llama_f32_q4g32
-expect_error gen-fuse-quantized "apply the adapter unfused with --lora" -- generate -m "$QMODEL" -p hi \
-  --adapter "$QMODEL/adapters"
 "$GRAFT" generate -m "$QMODEL" -p "Hello world" --temp 0 -n 8 --lora "$QMODEL/adapters" >"$TMP/out" 2>"$TMP/err" \
   || fail "--lora on a quantized base: $(cat "$TMP/err")"
-"$GRAFT" generate -m "$QMODEL" -p "Hello world" --temp 0 -n 8 --adapter "$QMODEL/adapters" --fuse-requantize \
-  >"$TMP/out" 2>"$TMP/err" || fail "--fuse-requantize: $(cat "$TMP/err")"
-grep -q "warning: --fuse-requantize" "$TMP/err" || fail "--fuse-requantize gave no precision warning"
+# Fused into a quantized base: requantized to its format by default, dense with --fuse-dense; the
+# first stderr line says which (--fuse-requantize, the old opt-in, is still accepted).
+for how in "" --fuse-dense --fuse-requantize; do
+  "$GRAFT" generate -m "$QMODEL" -p "Hello world" --temp 0 -n 8 --adapter "$QMODEL/adapters" $how \
+    >"$TMP/out" 2>"$TMP/err" || fail "fused into a quantized base ($how): $(cat "$TMP/err")"
+  want="held as mlx 8-bit x"; [ "$how" = --fuse-dense ] && want="held as F32 x"
+  head -1 "$TMP/err" | grep -q "$want" || fail "fused ($how): first line lacks '$want': $(head -1 "$TMP/err")"
+done
 expect_error fuse-quantized "fuse --dequantize" -- fuse --base "$QMODEL" --adapter "$QMODEL/adapters" --out "$TMP/never"
 "$GRAFT" fuse --base "$QMODEL" --adapter "$QMODEL/adapters" --out "$TMP/dq" --dequantize 2>"$TMP/err" \
   || fail "fuse --dequantize: $(cat "$TMP/err")"

@@ -30,14 +30,14 @@ GRAFT_SERVE_FLAGS = {
     "--timeout", "--body-limit", "--metrics",
     # model
     "-m", "--model", "--threads", "-t", "--ctx-size", "-c", "--cache-type", "--dtype", "--q-bits",
-    "--q-group-size", "--no-mmap", "--merge-policy", "--fuse-requantize", "--lora-dtype",
+    "--q-group-size", "--no-mmap", "--merge-policy", "--fuse-dense", "--fuse-requantize", "--lora-dtype",
     # adapters at startup
     "--lora", "--adapter", "--lora-scaled", "--lora-init-without-apply", "--lora-fuse",
     # adapters at fleet scale
     "--allow-runtime-lora", "--lora-root", "--lora-dir", "--max-loras-resident", "--lora-memory",
 }
 GRAFT_SWITCHES = {"--metrics", "--allow-runtime-lora", "--lora-init-without-apply", "--lora-fuse",
-                  "--no-mmap", "--fuse-requantize"}
+                  "--no-mmap", "--fuse-dense", "--fuse-requantize"}
 
 # What the EPP's core-metrics-extractor must read, per the Gateway API Inference Extension
 # model-server protocol, and the names graft exports for them (docs/SERVER.md "Metrics").

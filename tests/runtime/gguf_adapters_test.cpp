@@ -19,11 +19,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "graft/adapter/weight_adapter.h"
+#include "graft/core/gguf_quantize.h"
 #include "graft/io/safetensors.h"
 #include "graft/model/loader.h"
 #include "graft/runtime/lora.h"
@@ -83,6 +85,41 @@ INSTANTIATE_TEST_SUITE_P(Converter, GgufTiny,
                                            TinyCase{"llama_f32_lora.q8_0.gguf", "llama_f32", 4e-2f},
                                            TinyCase{"qwen2_f32_lora.f32.gguf", "qwen2_f32", 1e-4f}),
                          [](const auto& info) { return test::param_name_of_file(info.param.file); });
+
+// Fusing into a GGUF block base (the tiny Mixtral quantized to Q8_0 by llama.cpp; the PEFT attention
+// LoRA of its F32 twin): each changed matrix is the dense fuse's merged F32 matrix (what fuse_dense
+// keeps) quantized to Q8_0 by the reference quantizer (llama-quantize's rounding, byte for byte).
+// Both stay nearer the unfused adapter than the base is.
+TEST(GgufBlocksBase, FusedMatricesAreRequantizedToTheBaseTypeOrKeptDense) {
+  const std::string gguf = test::fixture("models_gguf/mixtral_q8_0.gguf");
+  auto a = read_adapter(test::fixture("engine_adapters/mixtral_f32/peft_lora"));
+  model::LoadOptions o;
+  o.fused_adapters = {{a, 1.0f}};
+  model::LoadedModel requantized = model::load_model(gguf, o);
+  o.fuse_dense = true;
+  model::LoadedModel dense = model::load_model(gguf, o);
+  const Tensor& rq = requantized.weights.layers[0].q.dense;
+  const Tensor& dq = dense.weights.layers[0].q.dense;
+  ASSERT_EQ(rq.dtype, DType::Q8_0);
+  ASSERT_EQ(dq.dtype, DType::F32);
+  EXPECT_EQ(requantized.fused_formats.at("Q8_0"), static_cast<int64_t>(requantized.fused->updates.size()));
+  EXPECT_EQ(dense.fused_formats.at("F32"), static_cast<int64_t>(dense.fused->updates.size()));
+  model::LoadedModel base = model::load_model(gguf);
+  const Tensor& bq = base.weights.layers[0].q.dense;
+  std::vector<uint8_t> want(static_cast<size_t>(rq.nbytes()));
+  quantize_gguf_blocks(DType::Q8_0, dq.as<float>(), want.data(), dq.numel());
+  EXPECT_EQ(std::memcmp(want.data(), rq.data, want.size()), 0) << "not the reference quantizer's bytes";
+  EXPECT_NE(std::memcmp(bq.data, rq.data, want.size()), 0) << "the adapter changed no code";
+  auto set = make_lora_set(base.config, *base.source, {{a, 1.0f}});
+  const std::vector<int32_t> ids = {5, 17, 42, 99, 7};
+  const auto unfused = test::prompt_logits(base, set, {1.0f}, ids), plain = test::prompt_logits(base, nullptr, {}, ids);
+  for (model::LoadedModel* fused : {&requantized, &dense}) {
+    const auto got = test::prompt_logits(*fused, nullptr, {}, ids);
+    double err = 0, effect = 0;
+    for (size_t i = 0; i < got.size(); ++i) err += std::abs(got[i] - unfused[i]), effect += std::abs(unfused[i] - plain[i]);
+    EXPECT_LT(err, 0.5 * effect) << (fused == &dense ? "dense" : "requantized");
+  }
+}
 
 TEST(GgufSmolLM2, PiratePeftConvertedByLlamaCppGivesPeftAndLlamaCppTokens) {
   if (!fs::exists(test::smollm2_gguf())) GTEST_SKIP() << "run `make models` first";

@@ -9,7 +9,7 @@
 //   * graft quantize writes exactly what mlx_lm.convert -q wrote (every tensor, every byte);
 //   * quantized tiny models (codes kept packed) and an unfused mlx-lm LoRA on them match mlx-lm's
 //     logits within 1e-4 (mlx's F32 forward is within 4e-6 of float64; graft's kernel regroups the
-//     sums) and its greedy tokens exactly; fusing into them is refused unless --fuse-requantize.
+//     sums) and its greedy tokens exactly; fusing into them requantizes (or, fuse_dense, keeps dense).
 //     These run the F32 affine kernel (matmul_affine: models loaded without prepare_weights, the
 //     path GRAFT_Q8_INTERLEAVE=0 keeps); the interleaved int8-activation path that `graft generate`
 //     runs by default is held to mlx-lm by InterleavedKernelsStayNearMlxLm, with its own bounds.
@@ -294,32 +294,37 @@ TEST_P(QuantizedModel, InterleavedKernelsStayNearMlxLm) {
   }
 }
 
-TEST_P(QuantizedModel, FusingIsRefusedUnlessRequantizeIsAsked) {
+// Fusing into a quantized checkpoint: by default each changed matrix is quantized again at 8 bits with
+// its own group size (still on the integer kernels), with fuse_dense it stays dense (the adapter
+// exactly). Both land near the unfused result: the requantized weights differ from W + ΔW by up to
+// half an 8-bit step per element, so the bound is the adapter's own effect.
+TEST_P(QuantizedModel, FusingRequantizesByDefaultOrKeepsDense) {
   const std::string dir = test::fixture(std::string("mlx_quant/models/") + GetParam());
   auto adapter = std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(dir + "/adapters"));
   model::LoadOptions o;
   o.fused_adapters = {{adapter, 1.0f}};
-  try {
-    model::load_model(dir, o);
-    ADD_FAILURE() << "fused into a quantized checkpoint";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("'model.layers.0.self_attn.q_proj.weight' is stored quantized"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("--lora"), std::string::npos) << msg;
-  }
-  // --fuse-requantize: runs, stays quantized, and lands near the unfused result (the requantized
-  // weights differ from W + ΔW by up to half a quantization step per element).
-  o.fuse_requantize = true;
-  model::LoadedModel fused = model::load_model(dir, o);
-  EXPECT_TRUE(fused.weights.layers[0].q.quantized());
+  model::LoadedModel requantized = model::load_model(dir, o);
+  ASSERT_TRUE(requantized.weights.layers[0].q.quantized());
+  EXPECT_EQ(requantized.weights.layers[0].q.quant.bits, 8);
+  EXPECT_EQ(requantized.weights.layers[0].q.quant.group_size, model::load_model(dir).weights.layers[0].q.quant.group_size);
+  o.fuse_dense = true;
+  model::LoadedModel dense = model::load_model(dir, o);
+  EXPECT_FALSE(dense.weights.layers[0].q.quantized());
+  EXPECT_EQ(dense.weights.layers[0].q.dense.dtype, DType::F32);
+  int64_t dense_count = 0;
+  for (const auto& [format, count] : dense.fused_formats) dense_count += format == "F32" ? count : 0;
+  EXPECT_EQ(dense_count, static_cast<int64_t>(dense.fused->updates.size()));
   model::LoadedModel m = model::load_model(dir);
   auto set = make_lora_set(m.config, *m.source, {{adapter, 1.0f}});
   const std::vector<int32_t> ids = {5, 17, 42, 99};
-  const auto a = prompt_logits(fused, nullptr, {}, ids), b = prompt_logits(m, set, {1.0f}, ids),
-             base = prompt_logits(m, nullptr, {}, ids);
-  double err = 0, effect = 0;
-  for (size_t i = 0; i < a.size(); ++i) err += std::abs(a[i] - b[i]), effect += std::abs(b[i] - base[i]);
-  EXPECT_LT(err, effect) << "requantized fuse is further from the adapter than the base is";
+  const auto b = prompt_logits(m, set, {1.0f}, ids), base = prompt_logits(m, nullptr, {}, ids);
+  for (model::LoadedModel* fused : {&requantized, &dense}) {
+    const auto a = prompt_logits(*fused, nullptr, {}, ids);
+    double err = 0, effect = 0;
+    for (size_t i = 0; i < a.size(); ++i) err += std::abs(a[i] - b[i]), effect += std::abs(b[i] - base[i]);
+    EXPECT_LT(err, effect) << (fused == &dense ? "dense" : "requantized") << " fuse is further from the adapter "
+                           << "than the base is";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Mlx, QuantizedModel, ::testing::Values("llama_f32_q4g32", "qwen2_bf16_q8g64", "qwen3_f32_q4g64",

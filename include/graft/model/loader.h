@@ -1,6 +1,7 @@
 // Loading a model: a Hugging Face directory (config.json, safetensors, tokenizer files) or a single
 // GGUF file, into one normalized form: config, weights, tokenizer, chat template.
 #pragma once
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,9 @@ struct LoadedModel {
   std::shared_ptr<const io::TensorSource> source;
   std::shared_ptr<const QuantizedCheckpointSource> quantized;  // set for mlx-lm quantized checkpoints
   std::shared_ptr<const adapter::WeightAdapterPlan> fused;     // the adapters fused at load, if any
+  // How the matrices the fused adapters changed are held, by format: {"Q8_0", 210} when requantized
+  // (a quantized base), {"F32", 210} when kept dense (LoadOptions::fuse_dense).
+  std::map<std::string, int64_t> fused_formats;
   ModelWeights weights;
   text::Tokenizer tokenizer;
   std::optional<std::string> chat_template;
@@ -41,7 +45,12 @@ struct LoadOptions {
   // copied. Every adapter is bound and checked before any weight is read.
   std::vector<adapter::AdapterUse> fused_adapters;
   adapter::MergePolicy merge_policy = adapter::MergePolicy::DeltaF32;
-  bool fuse_requantize = false;  // allow fusing into quantized weights (dequantize, merge, requantize)
+  // A matrix of a quantized base that an adapter is fused into is merged in F32 and quantized again
+  // at 8 bits (GGUF: Q8_0; mlx: 8-bit affine, its own group size), not to the base's own 4 or 5
+  // bits: a LoRA's change to one weight is far below a 4-bit step, so requantizing there rounds the
+  // adapter away (measured: docs/ADAPTERS.md "Fusing into a quantized base"). fuse_dense keeps such
+  // matrices dense instead (F32, or weight_dtype): the adapter exactly, reading 4 bytes a weight.
+  bool fuse_dense = false;
   ThreadPool* pool = nullptr;  // row parallelism for merges (serial when null)
 };
 

@@ -62,6 +62,9 @@ using LoadProgress = std::function<void(int64_t, int64_t)>;
 
 class QuantizedCheckpointSource;
 
+// The bits a fused matrix of a quantized base is quantized to (LoadOptions::fuse_dense).
+inline constexpr int kRequantizeBits = 8;
+
 struct WeightLoadOptions {
   LoadProgress progress;
   // Convert every dense matrix to this dtype (F32/F16/BF16) at load; unset keeps each matrix as
@@ -69,10 +72,13 @@ struct WeightLoadOptions {
   std::optional<DType> weight_dtype;
   // The checkpoint's quantized modules: their packed codes are used as stored.
   const QuantizedCheckpointSource* quantized = nullptr;
-  // Quantized weights to read through `source` instead (dequantized and merged with an adapter)
-  // and quantize again with their own spec: the explicit --fuse-requantize route.
+  // Fused matrices (read merged through `source`) of a quantized base, quantized again at 8 bits
+  // (kRequantizeBits; LoadOptions::fuse_dense says why): mlx affine ones with their own group size,
+  // GGUF ones as Q8_0; or (dense) kept as read.
   std::set<std::string> requantize;
   DType requantize_scale_dtype = DType::BF16;  // dtype the requantized scales are rounded to
+  std::set<std::string> requantize_blocks;
+  std::set<std::string> dense;
   // Quantize every dense matrix whose width divides by the group size at load (mlx affine, the
   // same bits as graft quantize / mlx_lm.convert -q; scales in the weight's dtype after
   // weight_dtype).
