@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "graft/core/error.h"
 #include "graft/core/interrupt.h"
 
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help/version (rc 0) or the usage error
+    if (rc != 0) graft::cli::suggest_options(app, e);
     return rc == 0 ? 0 : exit_code(graft::ErrorKind::kBadRequest);
   }
   using graft::ErrorKind;

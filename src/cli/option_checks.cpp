@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -44,5 +45,55 @@ CLI::Validator one_of(std::initializer_list<int> allowed) {
       },
       "one of " + list);
 }
+
+// Edit distance between two option names (insertions, deletions, substitutions).
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+// After CLI11's "The following argument(s) were not expected: --tmp ...": for each unknown option,
+// the command's nearest option names ("--tmp: did you mean --temp?"), within a third of its length.
+void suggest_options(CLI::App& app, const CLI::ParseError& e) {
+  const std::string what = e.what();
+  const size_t colon = what.find(" expected: ");
+  if (colon == std::string::npos) return;
+  std::vector<std::string> names;
+  for (CLI::App* sub : app.get_subcommands())
+    for (const CLI::Option* o : sub->get_options()) {
+      for (const auto& l : o->get_lnames()) names.push_back("--" + l);
+      for (const auto& sn : o->get_snames()) names.push_back("-" + sn);
+    }
+  std::istringstream args(what.substr(colon + 11));
+  for (std::string arg; args >> arg;) {
+    if (arg.size() < 3 || arg[0] != '-') continue;
+    const std::string flag = arg.substr(0, arg.find('='));
+    size_t best = flag.size() / 3 + 1;  // farther than this is no suggestion
+    for (const auto& n : names) best = std::min(best, edit_distance(flag, n));
+    std::vector<std::string> nearest;
+    for (const auto& n : names)
+      if (edit_distance(flag, n) == best && std::find(nearest.begin(), nearest.end(), n) == nearest.end())
+        nearest.push_back(n);
+    if (best > flag.size() / 3 || nearest.empty()) continue;
+    std::string hint = nearest[0];
+    for (size_t i = 1; i < nearest.size(); ++i) hint += " or " + nearest[i];
+    std::fprintf(stderr, "%s: did you mean %s?\n", flag.c_str(), hint.c_str());
+  }
+}
+
 
 }  // namespace graft::cli

@@ -12,4 +12,8 @@ CLI::Validator number_in(double lo, double hi);
 // One of a few whole numbers (bit widths, group sizes).
 CLI::Validator one_of(std::initializer_list<int> allowed);
 
+// After a usage error naming arguments that were not expected, prints the command's nearest option
+// names for each ("--tmp: did you mean --temp?") to stderr.
+void suggest_options(CLI::App& app, const CLI::ParseError& e);
+
 }  // namespace graft::cli

@@ -12,7 +12,10 @@
 namespace graft::runtime {
 
 void validate(const SamplingParams& p) {
-  if (!std::isfinite(p.temperature)) fail_as(ErrorKind::kBadRequest, "temperature must be finite, got ", p.temperature);
+  // One rule for every field: a value outside its documented range is refused, never reinterpreted
+  // (llama.cpp reads a negative temperature as greedy; here 0 is greedy and -1 an error).
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
+    fail_as(ErrorKind::kBadRequest, "temperature must be >= 0 and finite (0: greedy), got ", p.temperature);
   if (!(p.top_p > 0.0f) || p.top_p > 1.0f) fail_as(ErrorKind::kBadRequest, "top-p must be in (0, 1], got ", p.top_p);
   if (!(p.min_p >= 0.0f) || p.min_p > 1.0f) fail_as(ErrorKind::kBadRequest, "min-p must be in [0, 1], got ", p.min_p);
   if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty))

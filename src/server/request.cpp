@@ -242,6 +242,7 @@ CompletionRequest parse_completion_request(const json& b, Route route, const tex
   auto& p = r.params;
   auto& s = p.sampling;
   s.temperature = number(b, "temperature", 0.8);
+  if (s.temperature < 0) bad_field("temperature", ">= 0 (0 is greedy)");
   s.top_k = static_cast<int32_t>(integer_field(b, "top_k", 40, INT32_MIN, INT32_MAX));
   s.top_p = number(b, "top_p", 0.95);
   s.min_p = number(b, "min_p", 0.05);

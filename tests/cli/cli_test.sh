@@ -234,6 +234,12 @@ expect_error quantize-group "--group-size: '16' is not one of 32, 64, 128" 2 qua
   --group-size 16
 [ ! -e "$TMP/q3" ] || fail "quantize --bits 3 wrote $TMP/q3"
 expect_error quantize-existing "not empty" 2 quantize -m "$TINY" -o "$TMP/q4"
+# A mistyped option names the nearest ones of its command; one too far from any gets no guess.
+expect_error typo-temp "--tmp: did you mean --temp?" 2 generate -m "$TINY" -p hi --tmp 0
+expect_error typo-parallel "--parralel: did you mean --parallel?" 2 serve -m "$TINY" --parralel 2
+expect_error typo-none "not expected: --zzzzzzzz" 2 generate -m "$TINY" -p hi --zzzzzzzz
+grep -q "did you mean" "$TMP/err" && fail "typo-none: a guess for an option nothing resembles"
+expect_error gen-negative-temp "--temp: '-1' is not a number in [0, 1e+06]" 2 generate -m "$TINY" -p hi --temp -1
 [ -e "$TMP/q3" ] && fail "a refused quantize created its output directory"
 
 if [ -f "$MODEL" ]; then

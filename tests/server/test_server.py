@@ -315,6 +315,12 @@ def test_bad_requests_then_still_serving(server):
     assert "'temperature'" in error_of(r, 400, "invalid_request_error")
     r = server.post("/completion", {"prompt": PROMPT, "n_predict": 1.5})
     assert "'n_predict'" in error_of(r, 400, "invalid_request_error")
+    # One rule: a value outside its documented range is refused, never reinterpreted (docs/SERVER.md).
+    r = server.post("/completion", {"prompt": PROMPT, "temperature": -1})
+    assert "field 'temperature' must be >= 0" in error_of(r, 400, "invalid_request_error")
+    r = server.post("/v1/completions", {"prompt": PROMPT, "max_tokens": -2})
+    assert "'max_tokens'" in error_of(r, 400, "invalid_request_error")
+    assert server.post("/v1/completions", {"prompt": PROMPT, "max_tokens": -1, "temperature": 0}).status_code == 200
     r = server.post("/completion", {"prompt": [1, 2, 99999999]})
     assert "out of range" in error_of(r, 400, "invalid_request_error")
     r = server.post("/completion", {"n_predict": 4})

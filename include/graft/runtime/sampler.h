@@ -1,7 +1,8 @@
 // Token sampling. The chain, in order (llama.cpp's): logit bias, repetition penalty over the last
 // tokens, presence/frequency penalties over the generated tokens, top-k, top-p, min-p,
-// temperature, then a draw from the seeded generator. temperature <= 0 is greedy (argmax of the
-// biased and penalized logits, lowest id on ties), and then top-k/p, min-p do not matter.
+// temperature, then a draw from the seeded generator. temperature 0 is greedy (argmax of the
+// biased and penalized logits, lowest id on ties), and then top-k/p, min-p do not matter; validate
+// refuses a negative one.
 #pragma once
 #include <cstdint>
 #include <random>
