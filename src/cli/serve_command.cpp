@@ -79,7 +79,8 @@ Runner add_serve_command(CLI::App& app) {
                  "keep-alive connections do not starve requests)")
       ->capture_default_str();
   app.add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' (or X-Api-Key) on every route but /health");
-  app.add_option("--alias", s.alias, "Model name reported by /v1/models and responses (default: the model path)");
+  app.add_option("--alias", s.alias, "The base model's id in /v1/models, responses and `model` (default: the file's name without .gguf, or the "
+                 "directory's name)");
   app.add_option("--timeout", s.timeout_s, "Seconds a request may run, and the HTTP read/write timeouts")
       ->capture_default_str();
   app.add_option("--body-limit", s.body_limit, "Largest request body in bytes")->capture_default_str();

@@ -13,8 +13,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool fleet_mode(const State& st) { return st.opts.allow_runtime_lora || !st.opts.lora_dir.empty(); }
-
 // `given` (relative paths from `root`) as a real path inside `root`, symlinks resolved: a `..`
 // component or a path resolving outside is a 403, a missing one a 404.
 std::string confined(const std::string& root, const std::string& given, const std::string& what) {
@@ -59,6 +57,15 @@ void plain(httplib::Response& res, const std::string& text) {
 
 }  // namespace
 
+// " (known: base, a, b)": the names `model` takes, for a 404's message (at most 8 adapters listed).
+std::string known_models(const State& st) {
+  std::string out = " (known: " + st.model_name;
+  const auto list = st.engine->adapters().list();
+  for (size_t i = 0; i < list.size() && i < 8; ++i) out += ", " + list[i].name;
+  if (list.size() > 8) out += ", ... " + std::to_string(list.size() - 8) + " more in GET /v1/models";
+  return out + ")";
+}
+
 std::optional<int64_t> model_adapter(State& st, const std::string& model) {
   if (model.empty() || model == st.model_name || model == st.model_path) return std::nullopt;
   engine::AdapterRegistry& reg = st.engine->adapters();
@@ -84,8 +91,11 @@ std::optional<int64_t> model_adapter(State& st, const std::string& model) {
       throw;
     }
   }
-  if (fleet_mode(st)) throw HttpError(404, "not_found_error", not_found);
-  return std::nullopt;  // llama-server ignores `model`
+  // One rule, runtime loading on or off: where adapters go by name (State::routes_by_name) a name
+  // that is neither the base nor an adapter is a 404, so a typo never silently serves the base;
+  // where they do not (llama-server's unnamed --lora FILE), `model` is ignored, as llama-server does.
+  if (st.routes_by_name) throw HttpError(404, "not_found_error", not_found + known_models(st));
+  return std::nullopt;
 }
 
 json adapter_model_entries(const State& st) {

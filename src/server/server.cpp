@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -171,6 +172,15 @@ int configure_and_bind(httplib::Server& svr, const ServerOptions& o) {
   return port;
 }
 
+// The base model's id when no --alias names it: the file's name without .gguf, or the directory's
+// name ("models/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1"), as vLLM and
+// llama-server show a short name rather than a path.
+std::string model_id(const std::string& path) {
+  std::filesystem::path p(path);
+  if (!p.has_filename()) p = p.parent_path();  // "dir/"
+  return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+}
+
 // The ready line's adapter part: ", fused (Q4_1 x210)" or ", factors bf16", the residency limits, runtime
 // loading, embeddings.
 std::string adapter_summary(const State& st, const ServerOptions& o) {
@@ -228,7 +238,9 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   State st;
   st.opts = o;
   st.model_path = eo.model;
-  st.model_name = o.alias.empty() ? eo.model : o.alias;
+  st.model_name = o.alias.empty() ? model_id(eo.model) : o.alias;
+  st.routes_by_name = o.allow_runtime_lora || !o.lora_dir.empty() ||
+                      std::any_of(eo.adapter_names.begin(), eo.adapter_names.end(), [](const auto& n) { return !n.empty(); });
   httplib::Server svr;
   add_guards(svr, st);
   add_completion_routes(svr, st);

@@ -35,6 +35,9 @@ class Routes {
 struct State {
   ServerOptions opts;
   std::string model_path, model_name;
+  // `model` is the adapter routing key (vLLM's rule): some startup adapter was given a NAME=, or
+  // adapters load at run time. Then an unknown name is a 404; otherwise it is ignored (llama-server).
+  bool routes_by_name = false;
   std::atomic<bool> ready{false};
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<Scheduler> scheduler;

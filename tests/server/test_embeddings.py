@@ -16,6 +16,10 @@ import pytest
 
 from conftest import PEFT, Server
 
+# The base model's id (no --alias: the file's name without .gguf). A server with adapters to pick by
+# `model` refuses any other name.
+BASE = "SmolLM2-135M-Instruct.Q4_1"
+
 DIM = 576  # SmolLM2-135M's hidden size
 TEXTS = ["The sea was calm.", "Ahoy, matey! Where be the treasure buried?", "Sailing is the art of the wind."]
 
@@ -34,7 +38,7 @@ def client(srv):
 
 
 def embed(client, inp, **kw):
-    return client.embeddings.create(model="smollm2", input=inp, **kw)
+    return client.embeddings.create(model=BASE, input=inp, **kw)
 
 
 def tokens(srv, text):
@@ -54,7 +58,7 @@ def norm(v):
 
 def test_shape_norm_and_usage(srv, client):
     r = embed(client, TEXTS[0])
-    assert r.object == "list" and r.model == "smollm2"
+    assert r.object == "list" and r.model == BASE
     assert len(r.data) == 1 and r.data[0].object == "embedding" and r.data[0].index == 0
     v = r.data[0].embedding
     assert len(v) == DIM
@@ -127,7 +131,7 @@ def test_errors_name_their_field(srv):
     bad({"input": []}, "input")
     bad({"input": ""}, "input")
     bad({"input": ["fine", ""]}, "input[1]")
-    bad({"model": "smollm2"}, "input")
+    bad({"model": BASE}, "input")
     bad({"input": 3}, "input")
     bad({"input": [1, -2]}, "input")
     bad({"input": ["ok", "word " * 300]}, "input[1]", type_="exceed_context_size_error")

@@ -301,8 +301,13 @@ def test_startup_adapter_forms(single_slot):
     assert toks(single_slot, n=8, model="c") == toks(single_slot, n=8, lora=[{"id": ids["c"], "scale": 1}])
     assert toks(single_slot, n=8, model=second[0]) == toks(single_slot, n=8, lora=[{"id": ids[second[0]], "scale": 1}])
     assert toks(single_slot, n=8, model="c") != toks(single_slot, n=8, model="b")
-    # Not started with --allow-runtime-lora or --lora-dir: an unknown model is ignored.
-    assert toks(single_slot, n=8, model="no-such-model") == toks(single_slot, n=8)
+    # Adapters to pick by `model`, runtime loading off: an unknown name is still a 404 naming the
+    # known ones (one rule whether or not runtime LoRA is on), and the base's id is the file's stem.
+    r = single_slot.post("/completion", {"prompt": PROMPT, "n_predict": 2, "model": "no-such-model"})
+    assert r.status_code == 404 and "does not exist" in r.json()["error"]["message"], r.text
+    assert "known: SmolLM2-135M-Instruct.Q4_1, a, b, pirate-mlx" in r.json()["error"]["message"], r.text
+    assert toks(single_slot, n=8, model="SmolLM2-135M-Instruct.Q4_1") == toks(single_slot, n=8)
+    assert single_slot.get("/v1/models").json()["data"][0]["id"] == "SmolLM2-135M-Instruct.Q4_1"
 
 
 def test_startup_adapter_ids_follow_command_line_order(single_slot):
@@ -516,7 +521,7 @@ def test_lora_dir_loads_on_first_use(dir_server, fleet, lora_dir):
     a = adapters(dir_server)["alpha"]
     assert os.path.realpath(a["path"]) == os.path.join(lora_dir, "alpha") and a["scale"] == 0.0, a
     e = models(dir_server)["alpha"]
-    assert e["parent"] == MODEL and e["owned_by"] == "graft", e  # no --alias: the base id is the model path
+    assert e["parent"] == "SmolLM2-135M-Instruct.Q4_1" and e["owned_by"] == "graft", e  # no --alias: the file stem
     assert toks(dir_server) == base, "a --lora-dir adapter must default to scale 0"
     assert toks(dir_server, model="alpha") == first["tokens"]
     for name in ("alpha", "beta", "pirate.gguf"):
@@ -533,7 +538,7 @@ def test_lora_dir_loads_on_first_use(dir_server, fleet, lora_dir):
         for name in ("alpha", "beta", "pirate.gguf"):
             unloaded(fleet, f"{name}-explicit")
     assert {"alpha", "beta", "pirate.gguf"} <= set(models(dir_server))
-    assert list(models(dir_server))[0] == MODEL and models(dir_server)["beta"]["parent"] == MODEL
+    assert list(models(dir_server))[0] == "SmolLM2-135M-Instruct.Q4_1" and models(dir_server)["beta"]["parent"] == "SmolLM2-135M-Instruct.Q4_1"
 
 
 # Each name but "gamma" names an adapter that exists on disk (outside the dir, or through a path).

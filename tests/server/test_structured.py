@@ -46,7 +46,7 @@ SCHEMAS = {
 
 @pytest.fixture(scope="module")
 def srv():
-    s = Server("--lora", f"pirate={PEFT}", "--parallel", "4", "--ctx-size", "4096")
+    s = Server("--lora", f"pirate={PEFT}", "--alias", "smollm2", "--parallel", "4", "--ctx-size", "4096")
     yield s
     assert s.stop() == 0, s.output()
 
