@@ -71,6 +71,15 @@ namespace {
 
 void add_guards(httplib::Server& svr, State& st) {
   svr.set_pre_routing_handler([&st](const httplib::Request& q, httplib::Response& res) {
+    // curl -d sends JSON as application/x-www-form-urlencoded; cpp-httplib would then parse the body
+    // as a form and refuse one over 8 KiB with a 413 (its compiled-in form limit). Every route reads
+    // the body as JSON whatever its type (llama-server does too), so the type is set to JSON before
+    // the body is read. The Request is the server's own non-const object, passed here as const.
+    if (q.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+      auto& headers = const_cast<httplib::Request&>(q).headers;
+      headers.erase("Content-Type");
+      headers.emplace("Content-Type", "application/json");
+    }
     if (q.method == "OPTIONS") {  // what a known path takes (RFC 9110): 204 with Allow, no key needed
       const std::string allowed = st.routes.allowed(q.path);
       if (allowed.empty()) return httplib::Server::HandlerResponse::Unhandled;  // 404 as any unknown path

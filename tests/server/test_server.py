@@ -329,6 +329,13 @@ def test_bad_requests_then_still_serving(server):
     error_of(r, 400, "exceed_context_size_error")
     r = requests.post(server.url + "/completion", data=json.dumps({"prompt": "x" * 70000}))
     assert r.status_code == 413 and r.json()["error"]["code"] == 413
+    # JSON over 8 KiB sent as curl -d sends it (a form's content type): read as JSON, as llama-server
+    # does, not refused by the HTTP library's 8 KiB form limit.
+    body = json.dumps({"prompt": PROMPT, "n_predict": 8, "temperature": 0}) + " " * 12000  # 12 KB of JSON
+    assert len(body) > 9000
+    r = requests.post(server.url + "/completion", data=body,
+                      headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 200 and r.json()["tokens"] == good, r.text
     r = server.post("/v1/chat/completions", {"messages": "hi"})
     assert "'messages'" in error_of(r, 400, "invalid_request_error")
     r = server.post("/v1/chat/completions", {"messages": CHAT, "n": 9})  # beyond --parallel 8
