@@ -219,7 +219,8 @@ bool stream_step(StreamState& ss, const std::string& model, int64_t created, con
     if (ss.route == Route::Completion) {
       if (!write(sse(completion_stream_final(done, ss.req, tok, model)))) return false;
     } else if (tools) {
-      if (!write_deltas(tools->finish(), nullptr)) return false;
+      const bool cut = e.reason == engine::StopReason::MaxTokens || e.reason == engine::StopReason::ContextFull;
+      if (!write_deltas(tools->finish(cut), nullptr)) return false;
       const char* why = finish_reason(e.reason, tools->has_calls());
       if (!write(sse(oai_chat_delta_chunk(ss.id, created, model, json::object(), index, nullptr, why)))) return false;
     } else if (!write(sse(oai_chunk(ss.route, ss.id, created, model, nullptr, finish_reason(e.reason), false,

@@ -204,7 +204,8 @@ json oai_response(const std::vector<Completed>& cs, const CompletionRequest& req
     int64_t offset = 0;
     if (req.logprobs) lp = oai_logprobs(route, c.tokens, c.probs, c.token_probs, req.top_logprobs, tok, offset);
     if (route == Route::OaiChat && req.tools) {
-      const ParsedOutput out = parse_tool_output(req.tools->style, c.text, /*final=*/true, req.tools->max_calls());
+      const bool cut = c.final.reason == engine::StopReason::MaxTokens || c.final.reason == engine::StopReason::ContextFull;
+      const ParsedOutput out = parse_tool_output(req.tools->style, c.text, /*final=*/true, req.tools->max_calls(), cut);
       choices.push_back(json{{"index", i},
                              {"message", tool_message(out, {})},
                              {"logprobs", lp},

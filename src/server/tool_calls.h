@@ -16,8 +16,10 @@
 // call syntax with arguments valid against the function's `parameters`.
 //
 // Output side (tool_output.cpp): the generated text is parsed back into calls; text that does not
-// form a well-formed call stays content, so nothing the model wrote is lost. Streams re-parse the
-// text so far at each piece and send the difference as OpenAI deltas.
+// form a well-formed call stays content, so nothing the model wrote is lost, except a call cut off
+// by max_tokens, which is dropped (finish_reason "length" says so). Streams re-parse the text so far
+// at each piece and send new content as it comes and each call once complete, so a stream and the
+// whole answer carry the same calls.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -94,12 +96,17 @@ struct ParsedCall {
 struct ParsedOutput {
   std::string content;  // text outside the calls (pieces around calls trimmed, joined by "\n")
   std::vector<ParsedCall> calls;
+  bool unfinished = false;  // (final) the text ended inside a call: cut off, dropped
 };
 // `final` false: the text so far of a generation still running. Then text that may yet become a
 // call (a partial `<tool_call>`, a call whose name is not complete) is held back from `content`,
 // trailing blanks too, and the last call may be incomplete (name known, arguments so far).
-// `final` true: every call is complete; malformed call text is content.
-ParsedOutput parse_tool_output(ToolStyle style, std::string_view text, bool final, size_t max_calls);
+// `final` true: every call is complete; malformed call text (one that closed but is no call) is
+// content; a call the text ends inside (cut off by max_tokens) is neither: it is dropped and
+// `unfinished` set, so no invalid arguments and no half call in the content.
+// `cut`: the generation was stopped by max_tokens or the context (with `final`): a trailing part of
+// a call's opening tag is then dropped too, as the start of a call that never came.
+ParsedOutput parse_tool_output(ToolStyle style, std::string_view text, bool final, size_t max_calls, bool cut = false);
 
 std::string new_tool_call_id();  // "call_" and 24 random alphanumerics
 
@@ -108,20 +115,19 @@ std::string new_tool_call_id();  // "call_" and 24 random alphanumerics
 nlohmann::ordered_json tool_message(const ParsedOutput& out, const std::vector<std::string>& ids);
 
 // One streamed choice: feed() the text pieces as they come, finish() at the end; each returns the
-// OpenAI `delta` objects to send (possibly none): {"content": ...} and {"tool_calls": [{index, id,
-// type, function: {name, arguments: ""}}]} when a call's name is known, then {"tool_calls": [{index,
-// function: {arguments: fragment}}]}.
+// OpenAI `delta` objects to send (possibly none): {"content": ...}, and {"tool_calls": [{index, id,
+// type, function: {name, arguments}}]} once a call is complete (its arguments whole, valid JSON).
 class ToolCallStream {
  public:
   ToolCallStream(ToolStyle style, size_t max_calls) : style_(style), max_calls_(max_calls) {}
   std::vector<nlohmann::ordered_json> feed(const std::string& piece);
-  std::vector<nlohmann::ordered_json> finish();
+  std::vector<nlohmann::ordered_json> finish(bool cut);  // cut: as parse_tool_output's
   bool has_calls() const { return !calls_.empty(); }
 
  private:
   std::vector<nlohmann::ordered_json> diff(const ParsedOutput& now);
   struct Sent {
-    std::string id, arguments;
+    std::string id, arguments;  // as sent, whole
   };
   ToolStyle style_;
   size_t max_calls_;

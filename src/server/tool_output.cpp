@@ -194,7 +194,7 @@ struct ContentBuilder {
   }
 };
 
-ParsedOutput parse_hermes(std::string_view s, bool final, size_t max_calls) {
+ParsedOutput parse_hermes(std::string_view s, bool final, size_t max_calls, bool cut) {
   ParsedOutput out;
   ContentBuilder content;
   std::string pending;  // malformed call text carried into the next content piece
@@ -208,6 +208,15 @@ ParsedOutput parse_hermes(std::string_view s, bool final, size_t max_calls) {
     const size_t i = out.calls.size() < max_calls ? s.find(kOpen, pos) : npos;
     if (i == npos) {
       std::string_view tail = s.substr(pos);
+      if (final && cut) {  // "<tool_ca" at a cut: a call that never came
+        const std::string_view t = rtrim(tail);
+        for (size_t n = std::min(t.size(), kOpen.size() - 1); n > 1; --n)
+          if (proper_prefix(t.substr(t.size() - n), kOpen)) {
+            tail = t.substr(0, t.size() - n);
+            out.unfinished = true;
+            break;
+          }
+      }
       if (!final) {
         // Hold back what may yet start a call, and trailing blanks (they may come before one).
         for (size_t n = std::min(tail.size(), kOpen.size() - 1); n > 0; --n)
@@ -227,14 +236,15 @@ ParsedOutput parse_hermes(std::string_view s, bool final, size_t max_calls) {
       pos = i + kOpen.size();
     };
     if (e == npos) {  // the text ends inside the call
-      if (final) {
+      const Head h = HeadMatcher(s).match(k);
+      if (final && h.status == Head::Mismatch) {  // not a call after all: text
         pending += std::string(s.substr(pos));
         piece("", false);
         break;
       }
       piece(s.substr(pos, i - pos), true);
-      const Head h = HeadMatcher(s).match(k);
-      if (h.status == Head::Match) out.calls.push_back(partial_call(s, h));
+      if (final) out.unfinished = true;  // cut off (max_tokens): neither a call nor text
+      else if (h.status == Head::Match) out.calls.push_back(partial_call(s, h));
       break;
     }
     std::optional<ParsedCall> call = s[k] == '{' ? complete_call(s, k, e) : std::nullopt;
@@ -273,7 +283,11 @@ ParsedOutput parse_llama3(std::string_view s, bool final, size_t max_calls) {
   while (p < s.size() && s[p] == '{' && out.calls.size() < max_calls) {
     const size_t e = value_end(s, p, final);
     if (e == npos) {
-      if (final) break;
+      if (final) {
+        if (HeadMatcher(s).match(p).status == Head::Mismatch) break;  // not a call: text
+        out.unfinished = true;  // a call cut off (max_tokens): neither a call nor text
+        return out.calls.empty() ? ParsedOutput{{}, {}, true} : out;
+      }
       const Head h = HeadMatcher(s).match(p);
       if (h.status == Head::Match) out.calls.push_back(partial_call(s, h));
       else if (h.status == Head::Mismatch && out.calls.empty()) return {};  // decided when it closes
@@ -293,9 +307,9 @@ ParsedOutput parse_llama3(std::string_view s, bool final, size_t max_calls) {
 
 }  // namespace
 
-ParsedOutput parse_tool_output(ToolStyle style, std::string_view text, bool final, size_t max_calls) {
+ParsedOutput parse_tool_output(ToolStyle style, std::string_view text, bool final, size_t max_calls, bool cut) {
   if (style == ToolStyle::Llama3Json) return parse_llama3(text, final, max_calls);
-  return parse_hermes(text, final, max_calls);
+  return parse_hermes(text, final, max_calls, cut);
 }
 
 std::string new_tool_call_id() {
@@ -331,21 +345,16 @@ std::vector<json> ToolCallStream::diff(const ParsedOutput& now) {
     deltas.push_back(json{{"content", now.content.substr(common)}});
     content_sent_ = now.content;
   }
-  for (size_t i = 0; i < now.calls.size(); ++i) {
+  // Calls: each once it is complete, whole (name and arguments in one delta), so a stream never holds
+  // arguments that do not parse, and a call cut off by max_tokens is never sent: the same calls as
+  // the whole answer's.
+  for (size_t i = calls_.size(); i < now.calls.size() && now.calls[i].complete; ++i) {
     const ParsedCall& c = now.calls[i];
-    if (i >= calls_.size()) {
-      calls_.push_back({new_tool_call_id(), ""});
-      deltas.push_back(json{{"tool_calls", json::array({json{{"index", i},
-                                                             {"id", calls_[i].id},
-                                                             {"type", "function"},
-                                                             {"function", json{{"name", c.name}, {"arguments", ""}}}}})}});
-    }
-    std::string& sent = calls_[i].arguments;
-    if (c.arguments.size() > sent.size() && c.arguments.compare(0, sent.size(), sent) == 0) {
-      deltas.push_back(json{{"tool_calls", json::array({json{{"index", i},
-                                                             {"function", json{{"arguments", c.arguments.substr(sent.size())}}}}})}});
-      sent = c.arguments;
-    }
+    calls_.push_back({new_tool_call_id(), c.arguments});
+    deltas.push_back(json{{"tool_calls", json::array({json{{"index", i},
+                                                           {"id", calls_[i].id},
+                                                           {"type", "function"},
+                                                           {"function", json{{"name", c.name}, {"arguments", c.arguments}}}}})}});
   }
   return deltas;
 }
@@ -355,12 +364,6 @@ std::vector<json> ToolCallStream::feed(const std::string& piece) {
   return diff(parse_tool_output(style_, text_, false, max_calls_));
 }
 
-std::vector<json> ToolCallStream::finish() {
-  ParsedOutput end = parse_tool_output(style_, text_, true, max_calls_);
-  // A call already sent that the whole text does not complete (cut off by max_tokens): it stays a
-  // call with the arguments sent so far, and its text is not sent again as content.
-  if (end.calls.size() < calls_.size()) end = parse_tool_output(style_, text_, false, max_calls_);
-  return diff(end);
-}
+std::vector<json> ToolCallStream::finish(bool cut) { return diff(parse_tool_output(style_, text_, true, max_calls_, cut)); }
 
 }  // namespace graft::server

@@ -67,11 +67,29 @@ def test_required_call_validates(client):
     r = ask(client, tool_choice="required")
     c = r.choices[0]
     check_calls(c.message.tool_calls)
-    # Parallel calls allowed: SmolLM2 goes on calling until max_tokens; a call cut off stays text.
-    if c.finish_reason == "length":
-        assert c.message.content is None or c.message.content.startswith("<tool_call>"), c.message
-    else:
-        assert c.finish_reason == "tool_calls" and c.message.content is None, c
+    # Parallel calls allowed: SmolLM2 goes on calling until max_tokens; the call cut off is dropped:
+    # never text in `content`, never arguments that do not parse.
+    assert c.finish_reason in ("length", "tool_calls"), c
+    assert c.message.content is None, c.message
+    # Streamed, the same calls (each sent whole once complete), the same finish, no content.
+    content, calls, finish, _ = streamed(client, tool_choice="required")
+    assert (content, finish) == ("", c.finish_reason), (content, finish)
+    assert [(x["name"], x["arguments"]) for x in calls] == \
+        [(t.function.name, t.function.arguments) for t in c.message.tool_calls]
+    for x in calls:
+        jsonschema.validate(json.loads(x["arguments"]), SCHEMA[x["name"]])
+
+
+@pytest.mark.parametrize("max_tokens", [12, 30, 47])
+def test_a_call_cut_off_by_max_tokens_is_dropped_both_ways(client, max_tokens):
+    whole = ask(client, tool_choice="required", max_tokens=max_tokens).choices[0]
+    assert whole.finish_reason == "length" and whole.message.content in (None, ""), whole
+    for t in whole.message.tool_calls or []:
+        jsonschema.validate(json.loads(t.function.arguments), SCHEMA[t.function.name])
+    content, calls, finish, _ = streamed(client, tool_choice="required", max_tokens=max_tokens)
+    assert (content, finish) == ("", "length")
+    assert [(x["name"], x["arguments"]) for x in calls] == \
+        [(t.function.name, t.function.arguments) for t in whole.message.tool_calls or []]
 
 
 def test_named_function_streamed_and_whole_agree(client):
@@ -153,8 +171,8 @@ def test_tools_elsewhere_and_the_functions_api_are_refused(server):
     assert "'functions'" in error_of(r, 501, "not_supported_error")
 
 
-def test_a_call_cut_by_max_tokens_is_length_and_text(client):
-    # Nothing is lost: the cut call's text stays content; finish_reason says why it ended.
+def test_a_call_cut_by_max_tokens_before_any_is_complete(client):
+    # The cut call is dropped, not left as text: no calls, empty content, finish_reason says why.
     c = ask(client, tool_choice="required", max_tokens=10).choices[0]
     assert c.finish_reason == "length" and not c.message.tool_calls, c
-    assert c.message.content.startswith("<tool_call>\n{"), c.message.content
+    assert c.message.content in (None, ""), c.message.content

@@ -65,15 +65,15 @@ ParsedOutput assemble(const std::vector<ordered_json>& deltas) {
 }
 
 // Streams `text` in pieces of `step` bytes and checks the assembled deltas equal the whole parse.
-void expect_stream_matches(ToolStyle style, const std::string& text, size_t max_calls = SIZE_MAX) {
-  const ParsedOutput whole = parse_tool_output(style, text, true, max_calls);
+void expect_stream_matches(ToolStyle style, const std::string& text, size_t max_calls = SIZE_MAX, bool cut = false) {
+  const ParsedOutput whole = parse_tool_output(style, text, true, max_calls, cut);
   for (size_t step : {1, 2, 3, 7, 1000}) {
     SCOPED_TRACE("piece size " + std::to_string(step));
     ToolCallStream stream(style, max_calls);
     std::vector<ordered_json> deltas;
     for (size_t p = 0; p < text.size(); p += step)
       for (auto& d : stream.feed(text.substr(p, step))) deltas.push_back(std::move(d));
-    for (auto& d : stream.finish()) deltas.push_back(std::move(d));
+    for (auto& d : stream.finish(cut)) deltas.push_back(std::move(d));
     const ParsedOutput got = assemble(deltas);
     EXPECT_EQ(got.content, whole.content);
     ASSERT_EQ(got.calls.size(), whole.calls.size());
@@ -136,7 +136,6 @@ TEST(HermesParser, MalformedCallsStayContent) {
            std::string("<tool_call>\n{\"arguments\": {}}\n</tool_call>"),                    // no name
            std::string("<tool_call>\n{\"name\": \"a\", \"arguments\": \"x\"}\n</tool_call>"),  // not an object
            std::string("<tool_call>\n{\"name\": \"a\", \"arguments\": {}} trailing </tool_call>"),
-           std::string("<tool_call>\n{\"name\": \"a\", \"arguments\": {\"k\": 1"),            // cut off
            std::string("<tool_call> plain words"),
            std::string("I use <tool_call> tags like <tool_"),
        }) {
@@ -144,6 +143,21 @@ TEST(HermesParser, MalformedCallsStayContent) {
     const ParsedOutput o = parse(ToolStyle::Hermes, t);
     EXPECT_TRUE(o.calls.empty());
     EXPECT_EQ(o.content, t);
+  }
+  // A call cut off (the text ends inside it, max_tokens): dropped, flagged, the text before kept; a
+  // partial opening tag only at a cut (else it is text, as above); the same streamed.
+  for (const bool cut : {false, true}) {
+    const std::string in_call = "Sure.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"k\": 1";
+    const ParsedOutput c = parse_tool_output(ToolStyle::Hermes, in_call, true, SIZE_MAX, cut);
+    EXPECT_TRUE(c.calls.empty() && c.unfinished);
+    EXPECT_EQ(c.content, "Sure.");
+    expect_stream_matches(ToolStyle::Hermes, in_call, SIZE_MAX, cut);
+    const std::string in_tag = "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_ca";
+    const ParsedOutput t2 = parse_tool_output(ToolStyle::Hermes, in_tag, true, SIZE_MAX, cut);
+    ASSERT_EQ(t2.calls.size(), 1u);
+    EXPECT_EQ(t2.content, cut ? "" : "<tool_ca");
+    EXPECT_EQ(t2.unfinished, cut);
+    expect_stream_matches(ToolStyle::Hermes, in_tag, SIZE_MAX, cut);
   }
   // A malformed block before a good one: both kept, the bad one as text.
   const std::string t = "<tool_call>oops</tool_call>\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>";
@@ -231,17 +245,17 @@ TEST(Llama3Parser, NonCallsStayContent) {
     EXPECT_EQ(o.content, t);
     expect_stream_matches(ToolStyle::Llama3Json, t);
   }
-  // Cut off inside the arguments (max_tokens): the whole answer keeps the text as content; a stream
-  // has already sent the call's name and arguments so far (it cannot take them back).
+  // Cut off inside the arguments (max_tokens): dropped by the whole answer and by a stream alike
+  // (a stream sends a call only once complete): no call, no text, `unfinished` set.
   const std::string cut = "{\"name\": \"a\", \"parameters\": {\"k\": ";
-  EXPECT_EQ(parse(ToolStyle::Llama3Json, cut).content, cut);
-  ToolCallStream stream(ToolStyle::Llama3Json, SIZE_MAX);
-  std::vector<ordered_json> deltas = stream.feed(cut);
-  for (auto& d : stream.finish()) deltas.push_back(std::move(d));
-  const ParsedOutput sent = assemble(deltas);
-  ASSERT_EQ(sent.calls.size(), 1u);
-  EXPECT_EQ(sent.calls[0].arguments, "{\"k\":");
-  EXPECT_EQ(sent.content, "");
+  const ParsedOutput dropped = parse(ToolStyle::Llama3Json, cut);
+  EXPECT_TRUE(dropped.calls.empty() && dropped.content.empty() && dropped.unfinished);
+  expect_stream_matches(ToolStyle::Llama3Json, cut);
+  const std::string one_and_a_cut = "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"param";
+  const ParsedOutput first = parse(ToolStyle::Llama3Json, one_and_a_cut);
+  ASSERT_EQ(first.calls.size(), 1u);
+  EXPECT_TRUE(first.unfinished && first.content.empty());
+  expect_stream_matches(ToolStyle::Llama3Json, one_and_a_cut);
   EXPECT_EQ(parse(ToolStyle::Llama3Json, "<|python", false).content, "");
   EXPECT_EQ(parse(ToolStyle::Llama3Json, "{\"name\": \"a\", \"param", false).content, "");
   const ParsedOutput p = parse(ToolStyle::Llama3Json, "{\"name\": \"a\", \"parameters\": {\"k\"", false);
