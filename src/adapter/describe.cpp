@@ -1,5 +1,12 @@
 #include "graft/adapter/describe.h"
 
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <regex>
+#include <set>
+#include <string_view>
+
 namespace graft::adapter {
 
 namespace {
@@ -45,6 +52,61 @@ TargetFacts facts(const Update& u) {
   return f;
 }
 
+// A metadata value as JSON: numbers, booleans, arrays and objects typed ("16" -> 16, "false" ->
+// false, a JSON list -> the list), anything else the string it is.
+nlohmann::json typed(const std::string& v) {
+  if (v.empty() || !(v[0] == '-' || v[0] == '[' || v[0] == '{' || std::isdigit(static_cast<unsigned char>(v[0])) ||
+                     v == "true" || v == "false" || v == "null"))
+    return v;
+  nlohmann::json j = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? nlohmann::json(v) : j;
+}
+
+// Module names in natural order: digit runs compared as numbers ("layers.2" before "layers.10").
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+      const std::string_view x = std::string_view(a).substr(i, ie - i), y = std::string_view(b).substr(j, je - j);
+      if (x.size() != y.size()) return x.size() < y.size();  // (no leading zeros in layer numbers)
+      if (x != y) return x < y;
+      i = ie, j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// What a person wants first: how many targets of which kinds, the ranks and scales, the layers and
+// the module names they touch.
+nlohmann::json summary(const nlohmann::json& targets) {
+  std::map<std::string, int64_t> kinds;
+  std::set<int64_t> ranks;
+  std::set<double> scales;
+  std::set<std::string> dtypes, modules;
+  std::set<int64_t> layers;
+  static const std::regex layer(R"((?:^|[._])(?:layers|blocks|h|layer)[._](\d+)(?:[._]|$))");
+  for (const auto& t : targets) {
+    ++kinds[t["kind"].get<std::string>()];
+    if (t.contains("rank")) ranks.insert(t["rank"].get<int64_t>());
+    scales.insert(t["scale"].get<double>());
+    if (!t["dtype"].get<std::string>().empty()) dtypes.insert(t["dtype"].get<std::string>());
+    const std::string m = t["module"].get<std::string>();
+    std::smatch match;
+    if (std::regex_search(m, match, layer)) layers.insert(std::stoll(match[1].str()));
+    modules.insert(m.substr(m.find_last_of('.') == std::string::npos ? 0 : m.find_last_of('.') + 1));
+  }
+  nlohmann::json s = {{"targets", targets.size()}, {"kinds", kinds},     {"ranks", ranks},
+                      {"scales", scales},          {"dtypes", dtypes},   {"modules", modules}};
+  if (!layers.empty()) s["layers"] = {*layers.begin(), *layers.rbegin(), layers.size()};
+  return s;
+}
+
 }  // namespace
 
 nlohmann::json describe_adapter(const WeightAdapter& a) {
@@ -61,8 +123,14 @@ nlohmann::json describe_adapter(const WeightAdapter& a) {
     if (!t.alt_modules.empty()) j["alt_modules"] = t.alt_modules;  // the base decides (PEFT nesting)
     targets.push_back(j);
   }
-  return {{"path", a.path}, {"format", format_name(a.format)}, {"metadata", a.metadata},
-          {"size_bytes", total}, {"targets", targets}};
+  std::vector<nlohmann::json> sorted(targets.begin(), targets.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
+    return natural_less(x["module"].get<std::string>(), y["module"].get<std::string>());
+  });
+  nlohmann::json metadata = nlohmann::json::object();
+  for (const auto& [k, v] : a.metadata) metadata[k] = typed(v);
+  return {{"path", a.path},     {"format", format_name(a.format)}, {"summary", summary(targets)},
+          {"metadata", metadata}, {"size_bytes", total},            {"targets", sorted}};
 }
 
 nlohmann::json describe_plan(const WeightAdapterPlan& plan) {

@@ -59,6 +59,19 @@ TINY=$SRC/tests/fixtures/models/llama_f32
 PEFT=$SRC/tests/fixtures/adapters/peft_lora
 "$GRAFT" inspect "$PEFT" >"$TMP/out" 2>"$TMP/err" || fail "inspect: $(cat "$TMP/err")"
 grep -q "format:   peft" "$TMP/out" || fail "inspect does not report the PEFT format: $(head -5 "$TMP/out")"
+# The summary first (layers, modules, rank, effective scale), the per-tensor list only with --verbose.
+grep -q "^layers:   0-1 (2 layers)" "$TMP/out" && grep -q "^rank:     4" "$TMP/out" && grep -q "^scale:    2 " "$TMP/out" \
+  || fail "inspect summary: $(cat "$TMP/out")"
+grep -q "lora_A" "$TMP/out" && fail "inspect without --verbose listed tensors"
+"$GRAFT" inspect "$PEFT" --verbose | grep -q "model.layers.1.mlp.down_proj " || fail "inspect --verbose lacks the tensors"
+"$GRAFT" inspect "$PEFT" --json | python3 -c '
+import json, re, sys
+d = json.load(sys.stdin)
+assert isinstance(d["metadata"]["lora_alpha"], (int, float)) and isinstance(d["metadata"]["r"], int), d["metadata"]
+layers = [int(re.search(r"layers\.(\d+)\.", t["module"]).group(1)) for t in d["targets"]]
+assert layers == sorted(layers), layers
+assert d["summary"]["ranks"] == [4] and d["summary"]["layers"] == [0, 1, 2], d["summary"]' \
+  || fail "inspect --json: typed metadata, layer order, summary"
 "$GRAFT" inspect "$PEFT" --base "$TINY" --json >"$TMP/out" 2>"$TMP/err" || fail "inspect --base: $(cat "$TMP/err")"
 grep -q '"valid": true' "$TMP/out" || fail "inspect --base --json lacks the validation result"
 grep -q 'model.layers.1.mlp.down_proj.weight' "$TMP/out" || fail "inspect --base does not list changed tensors"
@@ -158,9 +171,9 @@ for fx in peft_dora peft_lokr lycoris_loha/adapter.safetensors; do
     cmp -s "$TMP/f" "$TMP/u" || fail "$fx at $sc: fused and unfused greedy text differ"
   done
 done
-"$GRAFT" inspect "$SRC/tests/fixtures/adapters/peft_dora" >"$TMP/insp" || fail "inspect peft_dora"
+"$GRAFT" inspect "$SRC/tests/fixtures/adapters/peft_dora" -v >"$TMP/insp" || fail "inspect peft_dora"
 grep -q " dora " "$TMP/insp" && grep -q "magnitude m" "$TMP/insp" || fail "inspect does not show DoRA: $(cat "$TMP/insp")"
-"$GRAFT" inspect "$SRC/tests/fixtures/adapters/peft_loha" | grep -q " loha " || fail "inspect does not show LoHa"
+"$GRAFT" inspect "$SRC/tests/fixtures/adapters/peft_loha" -v | grep -q " loha " || fail "inspect does not show LoHa"
 mkdir -p "$TMP/trunc_adapter"
 cp "$PEFT/adapter_config.json" "$TMP/trunc_adapter/"
 head -c 1000 "$PEFT/adapter_model.safetensors" >"$TMP/trunc_adapter/adapter_model.safetensors"
@@ -193,7 +206,7 @@ expect_error fuse-tied-lm-head "ties lm_head to embed_tokens" -- fuse --base "$S
 # fused and unfused give the PEFT adapter's greedy text; another architecture is refused by name.
 GLORA=$SRC/tests/fixtures/gguf_adapters/llama_f32_lora.q8_0.gguf
 ELORA=$SRC/tests/fixtures/engine_adapters/llama_f32/peft_lora
-"$GRAFT" inspect "$GLORA" --base "$TINY" >"$TMP/out" 2>"$TMP/err" || fail "inspect GGUF adapter: $(cat "$TMP/err")"
+"$GRAFT" inspect "$GLORA" --base "$TINY" -v >"$TMP/out" 2>"$TMP/err" || fail "inspect GGUF adapter: $(cat "$TMP/err")"
 grep -q "format:   gguf" "$TMP/out" || fail "inspect does not report the GGUF format: $(head -5 "$TMP/out")"
 grep -q "adapter.lora.alpha: 8" "$TMP/out" || fail "inspect lacks the GGUF metadata"
 grep -q "tensor_types: F16 x14, Q8_0 x14" "$TMP/out" || fail "inspect lacks the stored tensor types"
