@@ -85,6 +85,11 @@ Runner add_serve_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--body-limit", s.body_limit, "Largest request body in bytes")->capture_default_str();
   app.add_flag("--metrics", s.metrics, "Serve Prometheus metrics at GET /metrics");
+  app.add_option("--log-format", s.log_format,
+                 "The access log on stderr, one line per request (time, method, path, status, adapters, prompt and "
+                 "generated tokens, ms): text | json | none")
+      ->check(CLI::IsMember({"text", "json", "none"}))
+      ->capture_default_str();
   app.add_flag("--webui,!--no-webui", s.webui,
                "Serve the web page at / (chat, adapter sliders, base vs adapted; default on)");
   app.add_option("--lora,--adapter", a->loras,

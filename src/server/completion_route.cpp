@@ -9,6 +9,7 @@
 #include <random>
 
 #include "graft/core/error.h"
+#include "server/access_log.h"
 #include "server/response.h"
 #include "server/scheduler.h"
 #include "server/state.h"
@@ -121,6 +122,14 @@ void submit_all(State& st, const std::vector<std::shared_ptr<CompletionJob>>& jo
 }
 
 // The whole answer at once (stream: false): waits for every choice's final event.
+// The access log's token counts (server/access_log.h): the prompt once, the tokens of every choice.
+void note_tokens(const std::vector<Completed>& cs) {
+  AccessNote& n = access_note();
+  n.prompt_tokens = cs.empty() ? 0 : cs[0].final.prompt_tokens;
+  n.generated_tokens = 0;
+  for (const Completed& c : cs) n.generated_tokens += c.final.predicted;
+}
+
 void answer_whole(const std::vector<std::shared_ptr<CompletionJob>>& jobs, const CompletionRequest& req, Route route,
                   const text::Tokenizer& tok, const std::string& id, const std::string& model, httplib::Response& res) {
   const auto& job = jobs[0];
@@ -138,6 +147,7 @@ void answer_whole(const std::vector<std::shared_ptr<CompletionJob>>& jobs, const
     }
     accumulate(c, e);
   }
+  note_tokens(cs);
   if (failed) {
     const Error err(failed->final.error, failed->final.error_kind);
     return send_error(res, api_error(err));
@@ -228,6 +238,7 @@ bool stream_step(StreamState& ss, const std::string& model, int64_t created, con
       return false;
     }
     if (ss.finals == static_cast<int>(ss.jobs.size())) {
+      note_tokens(ss.done);
       if (ss.route != Route::Completion) {
         if (ss.req.include_usage && !write(sse(oai_usage_chunk(ss.done, ss.route, ss.id, created, model))))
           return false;
@@ -256,6 +267,11 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
     job->adapters = eng.adapters().select(model_adapter(st, req.model), req.lora);
   } catch (const std::exception& e) {
     return send_error(res, registry_error(e));
+  }
+  for (const engine::AdapterPick& p : job->adapters.picks) {
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%g", p.scale);
+    access_note().adapters += (access_note().adapters.empty() ? "" : ",") + p.name + ":" + scale;
   }
   const std::vector<std::shared_ptr<CompletionJob>> jobs = make_jobs(st, req, job);
   try {

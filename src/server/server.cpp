@@ -15,6 +15,7 @@
 
 #include "graft/core/error.h"
 #include "graft/text/chat_prompt.h"
+#include "server/access_log.h"
 #include "server/response.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -70,7 +71,10 @@ ApiError registry_error(const std::exception& e) {
 namespace {
 
 void add_guards(httplib::Server& svr, State& st) {
+  const LogFormat log_format = parse_log_format(st.opts.log_format);
+  svr.set_logger([log_format](const httplib::Request& q, const httplib::Response& r) { write_access_line(q, r, log_format); });
   svr.set_pre_routing_handler([&st](const httplib::Request& q, httplib::Response& res) {
+    start_access_note();
     // curl -d sends JSON as application/x-www-form-urlencoded; cpp-httplib would then parse the body
     // as a form and refuse one over 8 KiB with a 413 (its compiled-in form limit). Every route reads
     // the body as JSON whatever its type (llama-server does too), so the type is set to JSON before
@@ -136,6 +140,7 @@ void check_options(const ServerOptions& o, const engine::EngineOptions& eo) {
   if (o.port < 0 || o.port > 65535) fail_as(ErrorKind::kBadRequest, "--port must be in [0, 65535], got ", o.port);
   if (!(o.timeout_s > 0)) fail_as(ErrorKind::kBadRequest, "--timeout must be > 0 seconds");
   if (o.batch_size < 1) fail_as(ErrorKind::kBadRequest, "--batch-size must be >= 1, got ", o.batch_size);
+  parse_log_format(o.log_format);
   if (o.allow_runtime_lora && o.lora_root.empty())
     fail_as(ErrorKind::kBadRequest, "--allow-runtime-lora needs --lora-root DIR: the directory runtime adapter paths must "
                                     "stay inside");

@@ -4,6 +4,7 @@ pirate). Greedy decoding throughout, so every comparison below is exact token eq
 request must give the same tokens alone, in a busy mixed batch, streamed or not.
 """
 import json
+import re
 import signal
 import subprocess
 import threading
@@ -521,3 +522,34 @@ def test_startup_errors_exit_before_binding(args, fragment, code):
                          timeout=120)
     assert out.returncode == code, out.stderr
     assert fragment in out.stderr and "listening" not in out.stderr, out.stderr
+
+
+def test_access_log_one_line_per_request():
+    """--log-format json: one JSON line per request on stderr (time, method, path, status, ms; a
+    completion also its adapters and token counts, streamed or not); text is the default's shape."""
+    s = Server("--log-format", "json", "--lora", f"pirate={PEFT}", "--parallel", "2")
+    try:
+        assert s.get("/health").status_code == 200
+        whole = s.complete(PROMPT, n=5, model="pirate")
+        r = s.post("/completion", {"prompt": PROMPT, "n_predict": 3, "stream": True, "temperature": 0})
+        assert r.status_code == 200 and "data: " in r.text
+        assert s.get("/no/such/route").status_code == 404
+    finally:
+        assert s.stop() == 0, s.output()
+    lines = [json.loads(l) for l in s.output().splitlines() if l.startswith("{")]
+    first_post = next(i for i, l in enumerate(lines) if l["method"] == "POST")
+    assert all(l["path"] == "/health" for l in lines[:first_post])  # the fixture's readiness polls, then ours
+    lines = lines[first_post - 1:]
+    got = [(l["method"], l["path"], l["status"]) for l in lines]
+    assert got == [("GET", "/health", 200), ("POST", "/completion", 200), ("POST", "/completion", 200),
+                   ("GET", "/no/such/route", 404)], got
+    assert lines[1]["adapters"] == "pirate:1" and lines[1]["generated_tokens"] == 5, lines[1]
+    assert lines[1]["prompt_tokens"] == whole["tokens_evaluated"], (lines[1], whole["tokens_evaluated"])
+    assert lines[2]["adapters"] == "" and lines[2]["generated_tokens"] == 3, lines[2]
+    assert "adapters" not in lines[0] and all(isinstance(l["ms"], int) and l["time"].endswith("Z") for l in lines)
+
+
+def test_access_log_text_format(server):
+    server.complete(PROMPT, n=2)
+    assert re.search(r"^\S+Z POST /completion 200 adapters=\S+ prompt=\d+ generated=2 ms=\d+$", server.output(),
+                     re.MULTILINE), server.output()

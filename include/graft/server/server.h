@@ -32,6 +32,7 @@ struct ServerOptions {
   std::string lora_dir;             // an unknown `model` name loads <lora_dir>/<name> on first use
   bool webui = true;                // the web page at "/" (--no-webui turns it off)
   bool embeddings = false;          // serve /v1/embeddings and /embedding(s) (llama-server's --embeddings)
+  std::string log_format = "text";  // the access log on stderr: text | json | none (server/access_log.h)
   std::optional<engine::Pooling> pooling;  // --pooling (default: the model's, else last)
 };
 
