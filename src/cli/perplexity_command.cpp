@@ -165,7 +165,8 @@ int run_perplexity(const PerplexityArgs& a) {
     const engine::PerplexitySummary s = engine::summarize(scores);
     std::fprintf(stderr, "[%lld/%lld] PPL %.4f", static_cast<long long>(c + 1), static_cast<long long>(n_chunk), s.ppl.value);
     if (s.has_base) std::fprintf(stderr, "  KLD %.6f  same top %.2f %%", s.kld.value, 100 * s.same_top.value);
-    std::fprintf(stderr, "\n");
+    const double spent = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::fprintf(stderr, "  (%.1f s, %.0f s left)\n", spent, spent / static_cast<double>(c + 1) * static_cast<double>(n_chunk - c - 1));
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   std::fprintf(stderr, "evaluated %lld tokens in %.1f s (%.1f tokens/s, threads: %d)\n",
