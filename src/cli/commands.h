@@ -14,5 +14,6 @@ Runner add_quantize_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
 Runner add_convert_command(CLI::App& app);
 Runner add_perplexity_command(CLI::App& app);
+Runner add_chat_command(CLI::App& app);
 
 }  // namespace graft::cli

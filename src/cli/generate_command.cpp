@@ -115,25 +115,7 @@ Runner add_generate_command(CLI::App& app) {
   app.add_option("-f,--prompt-file", a->prompt_file, "Read the prompt from this file");
   app.add_flag("--chat", a->chat, "Wrap the prompt as a user message in the model's chat template");
   app.add_option("--system", a->system, "System message (with --chat)");
-  app.add_option("-n,--max-tokens", a->max_tokens, "Maximum tokens to generate (-1: until EOS or the context is full)")
-      ->check(number_in(-1, 1 << 30))
-      ->capture_default_str();
-  app.add_option("--temp", a->sampling.temperature, "Sampling temperature; 0 = greedy")
-      ->check(number_in(0, 1e6))
-      ->capture_default_str();
-  app.add_option("--top-k", a->sampling.top_k, "Keep the K most likely tokens (0 = off)")
-      ->check(number_in(0, 1 << 30))
-      ->capture_default_str();
-  app.add_option("--top-p", a->sampling.top_p, "Nucleus sampling: keep tokens up to this cumulative probability (1 = off)")
-      ->capture_default_str();
-  app.add_option("--min-p", a->sampling.min_p, "Drop tokens less likely than min-p x the top token (0 = off)")
-      ->capture_default_str();
-  app.add_option("--repeat-penalty", a->sampling.repeat_penalty, "Penalize tokens seen in the last --repeat-last-n (1 = off)")
-      ->capture_default_str();
-  app.add_option("--repeat-last-n", a->sampling.repeat_last_n, "Window for --repeat-penalty")
-      ->check(number_in(0, 1 << 30))
-      ->capture_default_str();
-  app.add_option("-s,--seed", a->sampling.seed, "Random seed for reproducible sampling")->capture_default_str();
+  add_sampling_options(app, a->sampling, a->max_tokens);
   app.add_option("--stop", a->stop, "Stop when this string appears (repeatable; not printed)");
   app.add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
   add_adapter_options(app, a->adapters);

@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, graft::cli::Runner> runners;
   auto* serve = app.add_subcommand("serve", "Serve the model over HTTP (llama-server compatible, live LoRA scales)");
   runners[serve] = graft::cli::add_serve_command(*serve);
+  auto* chat = app.add_subcommand("chat", "Chat with the model in the terminal (history, streaming, live adapter scales)");
+  runners[chat] = graft::cli::add_chat_command(*chat);
   auto* gen = app.add_subcommand("generate", "Generate text from a prompt, streaming it to stdout");
   runners[gen] = graft::cli::add_generate_command(*gen);
   auto* ppl = app.add_subcommand("perplexity", "Score a model on a text: perplexity, and KL divergence against a saved reference");

@@ -95,6 +95,28 @@ std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, cons
   return out;
 }
 
+void add_sampling_options(CLI::App& app, runtime::SamplingParams& s, int64_t& max_tokens) {
+  app.add_option("-n,--max-tokens", max_tokens, "Maximum tokens to generate (-1: until EOS or the context is full)")
+      ->check(number_in(-1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--temp", s.temperature, "Sampling temperature; 0 = greedy")
+      ->check(number_in(0, 1e6))
+      ->capture_default_str();
+  app.add_option("--top-k", s.top_k, "Keep the K most likely tokens (0 = off)")
+      ->check(number_in(0, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--top-p", s.top_p, "Nucleus sampling: keep tokens up to this cumulative probability (1 = off)")
+      ->capture_default_str();
+  app.add_option("--min-p", s.min_p, "Drop tokens less likely than min-p x the top token (0 = off)")
+      ->capture_default_str();
+  app.add_option("--repeat-penalty", s.repeat_penalty, "Penalize tokens seen in the last --repeat-last-n (1 = off)")
+      ->capture_default_str();
+  app.add_option("--repeat-last-n", s.repeat_last_n, "Window for --repeat-penalty")
+      ->check(number_in(0, 1 << 30))
+      ->capture_default_str();
+  app.add_option("-s,--seed", s.seed, "Random seed for reproducible sampling")->capture_default_str();
+}
+
 void add_adapter_options(CLI::App& app, AdapterOptions& a) {
   app.add_option("--adapter", a.adapters,
                  "Adapter(s) to fuse into the weights at load: DIR[,DIR...] (PEFT, mlx-lm, kohya/ComfyUI, LyCORIS; "

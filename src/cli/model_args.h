@@ -40,6 +40,10 @@ void add_adapter_options(CLI::App& app, AdapterOptions& a);
 // Reads and checks every adapter they name (before the model is read) into the engine options.
 void apply_adapter_options(const AdapterOptions& a, engine::EngineOptions& o);
 
+// -n/--max-tokens and the sampling options (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
+// --repeat-last-n, -s/--seed) of the commands that generate (generate, chat).
+void add_sampling_options(CLI::App& app, runtime::SamplingParams& s, int64_t& max_tokens);
+
 // "DIR[,DIR]" lists with scale 1 followed by "DIR:SCALE[,...]" lists, in that order.
 std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,
                                      const std::vector<std::string>& scaled, const char* scaled_opt);
