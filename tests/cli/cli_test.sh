@@ -26,6 +26,14 @@ expect_error() {
 }
 
 "$GRAFT" --help >"$TMP/help" || fail "graft --help"
+# Every option of every command's --help is described in docs/CLI.md (serve's: or in docs/SERVER.md).
+for sub in chat generate perplexity serve inspect fuse convert quantize; do
+  docs="$SRC/docs/CLI.md"; [ "$sub" = serve ] && docs="$docs $SRC/docs/SERVER.md"
+  for opt in $("$GRAFT" $sub --help | grep -oE '^ +(-[a-zA-Z], ?)?--[a-z][a-z0-9-]*' | grep -oE -- '--[a-z][a-z0-9-]*'); do
+    [ "$opt" = --help ] && continue
+    cat $docs | grep -q -- "$opt" || fail "graft $sub $opt is not in ${docs//$SRC\//}"
+  done
+done
 grep -q generate "$TMP/help" || fail "graft --help does not list generate"
 grep -q serve "$TMP/help" || fail "graft --help does not list serve"
 "$GRAFT" serve --help >"$TMP/help" || fail "graft serve --help"
