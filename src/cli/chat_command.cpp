@@ -169,9 +169,7 @@ int run_chat(const ChatArgs& a) {
   const model::LoadedModel& m = e.model();
   if (!m.chat_template)
     fail_as(ErrorKind::kBadRequest, "model '", a.model.model, "' has no chat template; use graft generate for plain text");
-  report_adapters(e, o);
-  std::fprintf(stderr, "activations: %s | %s\n", runtime::activations_in_force(m.weights, o.activations),
-               runtime::describe_kernels(m.weights).c_str());
+  report_run(e, o);
   const text::ChatPrompt prompt(e.tokenizer(), *m.chat_template, m.chat_template_origin);
   Chat chat(e, a, prompt);
   std::fprintf(stderr, "chat with %s: type a message; /help for commands, Ctrl-D to end\n", a.model.model.c_str());

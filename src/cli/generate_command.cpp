@@ -43,11 +43,7 @@ int run_generate(const GenerateArgs& a) {
   apply_adapter_options(a.adapters, o);
   engine::Engine e(o);
   const model::LoadedModel& m = e.model();
-  // First what the adapters did (fused: the format the changed matrices are held in), then the
-  // numerics in force (--activations) and the kernels they run on.
-  report_adapters(e, o);
-  std::fprintf(stderr, "activations: %s | %s\n", runtime::activations_in_force(m.weights, o.activations),
-               runtime::describe_kernels(m.weights).c_str());
+  report_run(e, o);
   const text::Tokenizer& tok = e.tokenizer();
 
   std::vector<int32_t> prompt;

@@ -152,7 +152,7 @@ engine::EngineOptions engine_options(const ModelArgs& a) {
   return o;
 }
 
-void report_adapters(engine::Engine& e, const engine::EngineOptions& o) {
+void report_run(engine::Engine& e, const engine::EngineOptions& o) {
   const model::LoadedModel& m = e.model();
   if (m.fused) {
     std::string formats;
@@ -166,6 +166,8 @@ void report_adapters(engine::Engine& e, const engine::EngineOptions& o) {
                                "away; --lora keeps the base's bytes, exactly; --fuse-dense is exact in F32)"
                  : o.load.fuse_dense ? " (--fuse-dense)" : "");
   }
+  std::fprintf(stderr, "activations: %s | %s\n", runtime::activations_in_force(m.weights, o.activations),
+               runtime::describe_kernels(m.weights).c_str());
   if (e.adapters().fused() || e.adapters().size() == 0) return;
   int64_t terms = 0, bytes = 0;
   const std::vector<engine::AdapterInfo> unfused = e.adapters().list();

@@ -55,7 +55,8 @@ engine::EngineOptions engine_options(const ModelArgs& a);
 // The KV cache type --cache-type names (checked when parsed).
 DType cache_type(const ModelArgs& a);
 
-// Prints what was fused and how many unfused terms were built (stderr).
-void report_adapters(engine::Engine& e, const engine::EngineOptions& o);
+// What a run computes with, on stderr: what was fused and the format it is held in (first), the
+// activations in force with the weight formats and kernels, and the unfused terms built.
+void report_run(engine::Engine& e, const engine::EngineOptions& o);
 
 }  // namespace graft::cli

@@ -135,11 +135,7 @@ int run_perplexity(const PerplexityArgs& a) {
   engine::EngineOptions o = engine_options(a.model);
   apply_adapter_options(a.adapters, o);
   engine::Engine e(o);
-  // First what the adapters did (fused: the format the changed matrices are held in), then the
-  // numerics in force (--activations) and the kernels they run on.
-  report_adapters(e, o);
-  std::fprintf(stderr, "activations: %s | %s\n", runtime::activations_in_force(e.model().weights, o.activations),
-               runtime::describe_kernels(e.model().weights).c_str());
+  report_run(e, o);
   const int64_t n_ctx = chunk_size(a, e, base.get());
   const std::vector<int32_t> tokens = stream_tokens(a, e, base.get());
   const int64_t available = static_cast<int64_t>(tokens.size()) / n_ctx;

@@ -551,5 +551,9 @@ def test_access_log_one_line_per_request():
 
 def test_access_log_text_format(server):
     server.complete(PROMPT, n=2)
-    assert re.search(r"^\S+Z POST /completion 200 adapters=\S+ prompt=\d+ generated=2 ms=\d+$", server.output(),
-                     re.MULTILINE), server.output()
+    # The line is written once the response is sent, so it may come a moment after the client has it.
+    line = re.compile(r"^\S+Z POST /completion 200 adapters=\S+ prompt=\d+ generated=2 ms=\d+$", re.MULTILINE)
+    deadline = time.time() + 10
+    while not line.search(server.output()):
+        assert time.time() < deadline, server.output()
+        time.sleep(0.05)
