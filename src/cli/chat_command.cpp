@@ -38,7 +38,7 @@ constexpr const char* kHelp =
 class Chat {
  public:
   Chat(engine::Engine& e, const ChatArgs& a, const text::ChatPrompt& prompt)
-      : e_(e), a_(a), prompt_(prompt), cache_(e.model().config, context(e, a), cache_type(a.model)) {
+      : e_(e), a_(a), prompt_(prompt), cache_(e.model().config, context_size(a.model, e.model().config, 4096), cache_type(a.model)) {
     for (const engine::AdapterInfo& info : e.adapters().list()) scales_.push_back({info.id, info.scale});
     reset();
   }
@@ -58,12 +58,6 @@ class Chat {
   }
 
  private:
-  static int64_t context(engine::Engine& e, const ChatArgs& a) {
-    const int64_t max = e.model().config.max_position_embeddings;
-    if (a.model.ctx_size > max) fail_as(ErrorKind::kBadRequest, "--ctx-size ", a.model.ctx_size, " exceeds the model's ", max);
-    return a.model.ctx_size > 0 ? a.model.ctx_size : std::min<int64_t>(4096, max);
-  }
-
   void reset() {
     history_ = nlohmann::ordered_json::array();
     if (!a_.system.empty()) history_.push_back({{"role", "system"}, {"content", a_.system}});
@@ -80,11 +74,7 @@ class Chat {
     g.adapters = chosen.adapters();
     cache_.truncate(0);
     const engine::GenerateResult r =
-        engine::generate(e_.pool(), e_.transformer(), e_.tokenizer(), cache_, prompt, g, [](std::string_view s) {
-          std::fwrite(s.data(), 1, s.size(), stdout);
-          std::fflush(stdout);
-          return true;
-        });
+        engine::generate(e_.pool(), e_.transformer(), e_.tokenizer(), cache_, prompt, g, print_piece);
     std::printf("\n");
     history_.push_back({{"role", "assistant"}, {"content", r.text}});
     if (r.reason == engine::StopReason::ContextFull)

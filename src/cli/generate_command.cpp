@@ -57,10 +57,7 @@ int run_generate(const GenerateArgs& a) {
     prompt = tok.encode(user_text, /*parse_special=*/false);
   }
 
-  if (a.model.ctx_size > m.config.max_position_embeddings)
-    fail_as(ErrorKind::kBadRequest, "--ctx-size ", a.model.ctx_size, " exceeds the model's maximum context of ",
-            m.config.max_position_embeddings, " tokens");
-  const int64_t ctx = a.model.ctx_size > 0 ? a.model.ctx_size : std::min<int64_t>(4096, m.config.max_position_embeddings);
+  const int64_t ctx = context_size(a.model, m.config, 4096);
   runtime::KVCache cache(m.config, ctx, cache_type(a.model));
   std::fprintf(stderr, "kv cache: %s, %lld bytes per token, context %lld tokens\n",
                std::string(runtime::kv_cache_type_name(cache.dtype())).c_str(),
@@ -75,11 +72,7 @@ int run_generate(const GenerateArgs& a) {
   if (!a.ignore_eos) g.eos_ids = m.config.eos_token_ids;
 
   engine::GenerateResult r =
-      engine::generate(e.pool(), e.transformer(), tok, cache, prompt, g, [](std::string_view s) {
-        std::fwrite(s.data(), 1, s.size(), stdout);
-        std::fflush(stdout);
-        return true;
-      });
+      engine::generate(e.pool(), e.transformer(), tok, cache, prompt, g, print_piece);
   std::printf("\n");
   std::fflush(stdout);
   const double pp = r.prompt_seconds > 0 ? r.prompt_tokens / r.prompt_seconds : 0;

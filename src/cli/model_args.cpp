@@ -85,6 +85,19 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
       ->capture_default_str();
 }
 
+int64_t context_size(const ModelArgs& a, const model::ModelConfig& config, int64_t dflt) {
+  const int64_t max = config.max_position_embeddings;
+  if (a.ctx_size > max)
+    fail_as(ErrorKind::kBadRequest, "--ctx-size ", a.ctx_size, " exceeds the model's maximum context of ", max, " tokens");
+  return a.ctx_size > 0 ? a.ctx_size : std::min(dflt, max);
+}
+
+bool print_piece(std::string_view piece) {
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
+  return true;
+}
+
 DType cache_type(const ModelArgs& a) { return runtime::parse_kv_cache_type(a.cache_type); }
 
 std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/adapter_args.h"
@@ -51,6 +52,13 @@ std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, cons
 // Engine options from the model arguments (checked here), with a progress bar while loading.
 // The caller adds the registry's adapters and any adapters fused for good.
 engine::EngineOptions engine_options(const ModelArgs& a);
+
+// The context a command runs with: --ctx-size, or `dflt` capped at the model's maximum; a
+// --ctx-size above the maximum is a bad argument.
+int64_t context_size(const ModelArgs& a, const model::ModelConfig& config, int64_t dflt);
+
+// Writes a piece of generated text to stdout at once (a streaming TextCallback; never stops it).
+bool print_piece(std::string_view piece);
 
 // The KV cache type --cache-type names (checked when parsed).
 DType cache_type(const ModelArgs& a);

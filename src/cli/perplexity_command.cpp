@@ -117,10 +117,7 @@ int64_t chunk_size(const PerplexityArgs& a, const engine::Engine& e, const io::L
     if (l.n_ctx > max_ctx) fail("'", base->path(), "': chunks of ", l.n_ctx, " tokens exceed the model's context of ", max_ctx);
     return l.n_ctx;
   }
-  const int64_t n_ctx = a.model.ctx_size > 0 ? a.model.ctx_size : std::min<int64_t>(512, max_ctx);
-  if (n_ctx > max_ctx)
-    fail_as(ErrorKind::kBadRequest, "--ctx-size ", n_ctx, " exceeds the model's maximum context of ", max_ctx, " tokens");
-  return n_ctx;
+  return context_size(a.model, e.model().config, 512);
 }
 
 int run_perplexity(const PerplexityArgs& a) {
@@ -158,7 +155,7 @@ int run_perplexity(const PerplexityArgs& a) {
   for (int64_t c = 0; c < n_chunk; ++c) {
     run.score_chunk(std::span(tokens).subspan(static_cast<size_t>(c * n_ctx), static_cast<size_t>(n_ctx)), scores,
                     base.get(), c, save.get());
-    const engine::PerplexitySummary s = engine::summarize(scores);
+    const engine::PerplexitySummary s = engine::summarize(scores, /*percentiles=*/false);  // (no sort per chunk)
     std::fprintf(stderr, "[%lld/%lld] PPL %.4f", static_cast<long long>(c + 1), static_cast<long long>(n_chunk), s.ppl.value);
     if (s.has_base) std::fprintf(stderr, "  KLD %.6f  same top %.2f %%", s.kld.value, 100 * s.same_top.value);
     const double spent = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -65,7 +65,7 @@ const std::vector<double>& p_diff_fractions() {
   return f;
 }
 
-PerplexitySummary summarize(const PositionScores& scores) {
+PerplexitySummary summarize(const PositionScores& scores, bool with_percentiles) {
   PerplexitySummary s;
   s.count = static_cast<int64_t>(scores.size());
   if (s.count == 0) return s;
@@ -95,6 +95,7 @@ PerplexitySummary summarize(const PositionScores& scores) {
   for (uint8_t t : scores.same_top) same += t;
   const double frac = same / static_cast<double>(s.count);
   s.same_top = {frac, s.count > 1 ? std::sqrt(frac * (1 - frac) / static_cast<double>(s.count - 1)) : 0};
+  if (!with_percentiles) return s;
   s.kld_percentiles = percentiles(scores.kld, kld_fractions());
   s.p_diff_percentiles = percentiles(scores.p_diff, p_diff_fractions());
   return s;

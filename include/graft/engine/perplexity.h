@@ -73,6 +73,7 @@ struct PerplexitySummary {
 const std::vector<double>& kld_fractions();
 const std::vector<double>& p_diff_fractions();
 
-PerplexitySummary summarize(const PositionScores& scores);
+// percentiles false: everything but the two percentile lists, without sorting (a progress line's).
+PerplexitySummary summarize(const PositionScores& scores, bool percentiles = true);
 
 }  // namespace graft::engine
