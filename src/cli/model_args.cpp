@@ -77,8 +77,8 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
                           {"auto", "f32", "bf16", "q8_0"}))
       ->capture_default_str();
   app.add_option("--activations", a.activations,
-                 "How quantized weights (GGUF blocks, mlx affine) meet the activations: q8 (rounded to 8 bits per "
-                 "block of 32, the integer kernels: fast) | f32 (unrounded: F32 math on the dequantized weights, "
+                 "How quantized weights (GGUF blocks, mlx affine) meet the activations: q8 (rounded to 8 bits, a "
+                 "scale per 16 columns, the integer kernels: fast) | f32 (unrounded: F32 math on the dequantized weights, "
                  "the logits of transformers on a GGUF and of mlx-lm on an mlx model; slower)")
       ->check(named_value([](const std::string& s) { compute::parse_activations(s); }, "an activation type",
                           {"q8", "f32"}))

@@ -32,11 +32,18 @@ struct Avx2Dot {
     const __m256i s = _mm256_xor_si256(stored, _mm256_set1_epi8(static_cast<char>(0x80)));
     return {_mm256_abs_epi8(s), s};
   }
+  // 8-bit codes: each word's i16 pairs are widened by a multiply-add, by s = 2^e (<= 2^11, an i16)
+  // instead of 1, so the activations' shift costs nothing (a pair times 2^11 fits i32). Nibbles add
+  // their pairs in i16 and widen once, in finish.
   template <bool kNibbles>
-  static GRAFT_I256 __m256i accumulate(__m256i sum, const Word& w, __m256i x) {
+  static GRAFT_I256 __m256i scaled(int e) {
+    return kNibbles ? __m256i{} : _mm256_set1_epi16(static_cast<int16_t>(1 << e));
+  }
+  template <bool kNibbles>
+  static GRAFT_I256 __m256i accumulate(__m256i sum, const Word& w, __m256i x, __m256i s) {
     if constexpr (kNibbles) return chain(_mm256_add_epi16(sum, _mm256_maddubs_epi16(w.u, x)));
     const __m256i pairs = _mm256_maddubs_epi16(w.u, _mm256_sign_epi8(x, w.s));
-    return chain(_mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))));
+    return chain(_mm256_add_epi32(sum, _mm256_madd_epi16(pairs, s)));
   }
   // Compilers reassociate integer vector adds into a tree, which keeps a block's eight products per
   // row live at once and spills them (about 150 stack moves per block at four rows, 40 without): an
@@ -52,9 +59,11 @@ struct Avx2Dot {
     const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w0.u, x0), _mm256_maddubs_epi16(w1.u, x1));
     return chain(_mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))));
   }
+  // The nibbles' i16 pair sums are widened by a multiply-add anyway: by 2^e instead of 1.
   template <bool kNibbles>
-  static GRAFT_I256 __m256i finish(__m256i sum) {
-    return kNibbles ? _mm256_madd_epi16(sum, _mm256_set1_epi16(1)) : sum;
+  static GRAFT_I256 __m256i finish(__m256i sum, int e) {
+    if constexpr (kNibbles) return _mm256_madd_epi16(sum, _mm256_set1_epi16(static_cast<int16_t>(1 << e)));
+    return sum;  // (shifted as it was summed)
   }
 };
 

@@ -2,11 +2,13 @@
 // 4 / 8-bit): lane r of every vector is weight row 16g + r. Per block of 32 columns the codes are eight
 // vectors (4-bit: four loads split into low and high nibbles; 8-bit: eight loads), each multiplied by four
 // activation bytes broadcast from memory (vpdpbusd's m32bcst operand: the activations signed, the
-// codes unsigned), in two integer chains that start from the offset correction −c·Σ q_x (c = 8 for
-// the Q4_0 nibbles, 128 for the Q8_0 codes stored as q_w + 128, 0 for Q4_1 and the affine codes, which
-// are stored unsigned as they are; exact in int32). Then the scalar model's F32 steps:
-// acc = fma(float(sum), d_w·d_x, acc) (and the min / bias step; affine: F32 scale and bias of the
-// block's mlx group). The
+// codes unsigned), in two integer chains, columns 0..15 and 16..31 (the activations' scale groups),
+// that start from the offset correction −c·Σ q_x of their columns (c = 8 for the Q4_0 nibbles, 128
+// for the Q8_0 codes stored as q_w + 128, 16 for Q5_0, 32 for Q6_K, 0 for Q4_1 and the affine codes,
+// which are stored unsigned as they are; exact in int32). Then the scalar model's steps: the sums
+// shifted by their half's e and added (exact), acc = fma(float(sum), d_w·d_x, acc) (Q6_K, a weight
+// scale per half: acc = fma(float(sum_h), d_w[h]·d_x[h], acc) per half), and the min / bias step
+// (affine: F32 scale and bias of the block's mlx group). The
 // weight vectors are loaded once per block for up to kMaxRows activation rows.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_cvtph_ps / _mm512_undefined
@@ -27,10 +29,33 @@ namespace {
 
 constexpr int kMaxRows = 8;
 
-GRAFT_I512 __m512i bcst4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
+// acc + the products of four activation bytes (broadcast to every lane) with a word of codes, as
+// one vpdpbusd with an embedded broadcast (m32bcst): GCC 12 does not fold _mm512_set1_epi32 of a
+// load into it, and a separate vpbroadcastd is one more instruction per word and activation row.
+using I32Alias = int32_t __attribute__((may_alias, aligned(1)));
+GRAFT_I512 __m512i dpbusd_bcst(__m512i acc, __m512i w, const int8_t* x) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const I32Alias*>(x)));
+  return acc;
+}
+// v << e in every lane, e broadcast from memory (the same folding).
+GRAFT_I512 __m512i sllv_bcst(__m512i v, const int32_t* e) {
+  asm("vpsllvd %2%{1to16%}, %1, %0" : "=v"(v) : "v"(v), "m"(*e));
+  return v;
+}
+
+// A chain's start, −c·Σ q_x of its 16 columns, from the packed −32·Σ q_x (Q6_K's c; exact shifts for
+// the others' c = 8, 16, 128): a broadcast load, not a multiply and a move from a general register.
+template <int32_t C>
+GRAFT_I512 __m512i chain_start(const int32_t* xo) {
+  static_assert(C == 0 || C == 8 || C == 16 || C == 32 || C == 128, "an offset the packed −32·Σ q_x gives exactly");
+  if constexpr (C == 0) {
+    return _mm512_setzero_si512();
+  } else {
+    const __m512i v = _mm512_set1_epi32(*xo);
+    if constexpr (C == 32) return v;
+    else if constexpr (C == 128) return _mm512_slli_epi32(v, 2);
+    else return _mm512_srai_epi32(v, C == 16 ? 1 : 2);
+  }
 }
 
 template <InterleavedKind K, int R>
@@ -41,10 +66,11 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
   const uint16_t* scales = b.scales(g);
   // The packed records of rows i0 .. i0 + R − 1: one pointer each for codes, scales and sums.
   const int8_t* xq = act.xb.data() + i0 * nb * 32;
-  const float* xd = act.xd.data() + i0 * nb;
-  const int32_t* xs = act.xs.data() + i0 * nb;
+  const float* xd = act.xd.data() + 2 * i0 * nb;
+  const int32_t* xe = act.xe.data() + 2 * i0 * nb;
+  const float* xdb = act.xdb.data() + i0 * nb;
+  const int32_t* xo = act.xo.data() + 2 * i0 * nb;
   const float* xm = act.xm.data() + i0 * nb;
-  const int32_t* xo16 = act.xo16.data() + 2 * i0 * nb;
   using F = InterleavedFmt<K>;
   const int64_t ahead_bytes = interleaved_prefetch_ahead();
   const float* params = b.params(g);  // (affine)
@@ -55,7 +81,7 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   __m512 super_d = _mm512_setzero_ps(), super_nm = super_d;  // (Q4_K: the super-block's d, −dmin)
-  for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += R, xs += R, xm += R, xo16 += 2 * R) {
+  for (int64_t blk = 0; blk < nb; ++blk, xq += R * 32, xd += 2 * R, xe += 2 * R, xo += 2 * R, xdb += R, xm += R) {
     const uint8_t* p = codes + blk * F::kCodeBytes;
     const char* ahead = reinterpret_cast<const char*>(codes) + blk * stride + ahead_bytes;
 #pragma GCC unroll 10
@@ -97,35 +123,16 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) w[t] = _mm512_load_si512(p + 64 * t);
     }
-    if constexpr (F::kSplit) {
-      // Q6_K: a scale d·sc per 16 columns; the sums of words 0..3 and 4..7 apart, each from its own
-      // offset −32·Σ q_x of those 16 columns.
+    // The block's weight scale: one for both halves (dw0), or Q6_K's d·sc of each half (dw0, dw1).
+    __m512 dw0, dw1 = _mm512_setzero_ps(), mw;
+    if constexpr (F::kSix) {
       const int8_t* sc = b.q6k_scales(g, blk);
       const __m512 d = _mm512_load_ps(b.q6k_d(g, blk));
-      const __m512 d0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))));
-      const __m512 d1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc + 16)))));
-      static_assert(F::kOffset == 32, "xo16 holds the offset −32·Σ q_x");
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const int8_t* x = xq + r * 32;
-        __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(xo16[2 * r]), w[0], bcst4(x));
-        __m512i s1 = _mm512_dpbusd_epi32(_mm512_set1_epi32(xo16[2 * r + 1]), w[4], bcst4(x + 16));
-        s0 = _mm512_dpbusd_epi32(s0, w[1], bcst4(x + 4));
-        s1 = _mm512_dpbusd_epi32(s1, w[5], bcst4(x + 20));
-        s0 = _mm512_dpbusd_epi32(s0, w[2], bcst4(x + 8));
-        s1 = _mm512_dpbusd_epi32(s1, w[6], bcst4(x + 24));
-        s0 = _mm512_dpbusd_epi32(s0, w[3], bcst4(x + 12));
-        s1 = _mm512_dpbusd_epi32(s1, w[7], bcst4(x + 28));
-        const __m512 dx = _mm512_set1_ps(xd[r]);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(d0, dx), acc[r]);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(d1, dx), acc[r]);
-      }
-      continue;
-    }
-    __m512 dw, mw;
-    if constexpr (F::kAffine) {
+      dw0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))));
+      dw1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc + 16)))));
+    } else if constexpr (F::kAffine) {
       const float* pr = params + (blk >> shift) * 32;
-      dw = _mm512_load_ps(pr);
+      dw0 = _mm512_load_ps(pr);
       mw = _mm512_load_ps(pr + 16);
     } else if constexpr (F::kQ4K) {
       // d·sc and (−dmin)·m, exact in F32: the values of an affine copy's parameters, 40 bytes a block
@@ -136,31 +143,37 @@ GRAFT_I512_FN void group_rows(const InterleavedBlocks& b, const Q8Activations& a
         super_nm = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd + 16)));
       }
       const uint8_t* sm = b.q4k_scales(g, blk);
-      dw = _mm512_mul_ps(super_d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)))));
+      dw0 = _mm512_mul_ps(super_d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)))));
       mw = _mm512_mul_ps(super_nm,
                          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm + 16)))));
     } else {
       const uint16_t* sc = scales + blk * (F::kScaleBytes / 2);
-      dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
+      dw0 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
       if constexpr (F::kMin) mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + 16)));
     }
+    // Two integer chains, columns 0..15 (words 0..3) and 16..31 (words 4..7), each from its offset
+    // −c·Σ q_x of those columns, each with its own F32 step (the activations' scale is per 16).
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const int8_t* x = xq + r * 32;
-      const __m512i start = F::kOffset ? _mm512_set1_epi32(-F::kOffset * xs[r]) : _mm512_setzero_si512();
-      __m512i s0 = _mm512_dpbusd_epi32(start, w[0], bcst4(x));
-      __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcst4(x + 4));
-      s0 = _mm512_dpbusd_epi32(s0, w[2], bcst4(x + 8));
-      s1 = _mm512_dpbusd_epi32(s1, w[3], bcst4(x + 12));
-      s0 = _mm512_dpbusd_epi32(s0, w[4], bcst4(x + 16));
-      s1 = _mm512_dpbusd_epi32(s1, w[5], bcst4(x + 20));
-      s0 = _mm512_dpbusd_epi32(s0, w[6], bcst4(x + 24));
-      s1 = _mm512_dpbusd_epi32(s1, w[7], bcst4(x + 28));
-      const float dx = xd[r];
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[r]);
-      if constexpr (F::kMin)
-        acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xm[r]), acc[r]);  // (xm = dx·float(xs), as the model)
+      __m512i s0 = chain_start<F::kOffset>(xo + 2 * r), s1 = chain_start<F::kOffset>(xo + 2 * r + 1);
+      s0 = dpbusd_bcst(s0, w[0], x);
+      s1 = dpbusd_bcst(s1, w[4], x + 16);
+      s0 = dpbusd_bcst(s0, w[1], x + 4);
+      s1 = dpbusd_bcst(s1, w[5], x + 20);
+      s0 = dpbusd_bcst(s0, w[2], x + 8);
+      s1 = dpbusd_bcst(s1, w[6], x + 24);
+      s0 = dpbusd_bcst(s0, w[3], x + 12);
+      s1 = dpbusd_bcst(s1, w[7], x + 28);
+      if constexpr (F::kSix) {  // a weight scale per half: one step each, with the half's d_x
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, _mm512_set1_ps(xd[2 * r])), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, _mm512_set1_ps(xd[2 * r + 1])), acc[r]);
+      } else {  // one: the halves' sums shifted onto the block scale's grid (exact), one F32 step
+        const __m512i sum = _mm512_add_epi32(sllv_bcst(s0, &xe[2 * r]),
+                                             sllv_bcst(s1, &xe[2 * r + 1]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw0, _mm512_set1_ps(xdb[r])), acc[r]);
+      }
+      if constexpr (F::kMin) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xm[r]), acc[r]);  // (xm: the model's)
     }
   }
 #pragma GCC unroll 8

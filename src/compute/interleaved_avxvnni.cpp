@@ -23,15 +23,19 @@ struct VnniDot {
   static constexpr int32_t kQ8Shift = 0;
   static GRAFT_I256 Word q8(__m256i stored) { return {stored, __m256i{}}; }
   template <bool kNibbles>
-  static GRAFT_I256 __m256i accumulate(__m256i sum, const Word& w, __m256i x) {
+  static GRAFT_I256 __m256i scaled(int) {
+    return __m256i{};
+  }
+  template <bool kNibbles>
+  static GRAFT_I256 __m256i accumulate(__m256i sum, const Word& w, __m256i x, __m256i) {
     return _mm256_dpbusd_avx_epi32(sum, w.u, x);
   }
   static GRAFT_I256 __m256i accumulate_pair(__m256i sum, const Word& w0, __m256i x0, const Word& w1, __m256i x1) {
     return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(sum, w0.u, x0), w1.u, x1);
   }
   template <bool kNibbles>
-  static GRAFT_I256 __m256i finish(__m256i sum) {
-    return sum;
+  static GRAFT_I256 __m256i finish(__m256i sum, int e) {
+    return _mm256_sll_epi32(sum, _mm_cvtsi32_si128(e));
   }
 };
 

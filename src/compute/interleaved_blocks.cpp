@@ -212,7 +212,7 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
       for (int64_t blk = 0; blk < b.blocks; ++blk) {
         const uint8_t* w = b.codes(g) + blk * b.code_bytes + r * 4;
         const int8_t* x = &act.q[i * k + blk * kBlock];
-        int32_t s = 0, part[2] = {0, 0};  // (Q6_K: the sums of columns 0..15 and 16..31)
+        int32_t part[2] = {0, 0};  // the sums of columns 0..15 and 16..31: each half has its own d_x
         for (int c = 0; c < kBlock; ++c) {
           const int t = c / 4, e = c % 4;
           const int32_t nibble = t < 4 ? (w[t * 64 + e] & 0x0f) : (w[(t - 4) * 64 + e] >> 4);
@@ -221,34 +221,35 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
                                  : q5 ? (nibble | (((w[256 + e] >> t) & 1) << 4))
                                  : q6 ? (nibble | high2 << 4)
                                       : w[t * 64 + e];
-          s += (stored - offset) * static_cast<int32_t>(x[c]);
           part[c / 16] += (stored - offset) * static_cast<int32_t>(x[c]);
         }
-        const float dx = act.d4[(i * k + blk * kBlock) / 4];
+        const int64_t h0 = (i * k + blk * kBlock) / 16;  // the block's first half in d4 / 4, s16
+        float dw[2] = {0.0f, 0.0f}, mw = 0.0f;
         if (q6) {
           const int8_t* sc = b.q6k_scales(g, blk);
           const float d = b.q6k_d(g, blk)[r];
-          for (int p = 0; p < 2; ++p)
-            acc = std::fma(static_cast<float>(part[p]), (d * static_cast<float>(sc[p * kRows + r])) * dx, acc);
-          continue;
-        }
-        float dw, mw = 0.0f;
-        if (q4k) {  // d·sc and (−dmin)·m: exact in F32
+          for (int p = 0; p < 2; ++p) dw[p] = d * static_cast<float>(sc[p * kRows + r]);
+        } else if (q4k) {  // d·sc and (−dmin)·m: exact in F32
           const uint8_t* sm = b.q4k_scales(g, blk);
           const uint16_t* d = b.q4k_d(g, blk);
-          dw = f16_to_f32(d[r]) * static_cast<float>(sm[r]);
+          dw[0] = f16_to_f32(d[r]) * static_cast<float>(sm[r]);
           mw = f16_to_f32(d[kRows + r]) * static_cast<float>(sm[kRows + r]);
         } else if (b.affine()) {
           const float* p = b.params(g) + (blk >> b.param_shift) * 32;
-          dw = p[r];
+          dw[0] = p[r];
           mw = p[kRows + r];
         } else {
           const uint16_t* sc = b.scales(g) + blk * b.scale_bytes / 2;
-          dw = f16_to_f32(sc[r]);
+          dw[0] = f16_to_f32(sc[r]);
           if (mins) mw = f16_to_f32(sc[kRows + r]);
         }
-        acc = std::fma(static_cast<float>(s), dw * dx, acc);
-        if (mins) acc = std::fma(mw, dx * static_cast<float>(act.sum32[i * b.blocks + blk]), acc);
+        if (q6) {  // a weight scale per half: one step each, with the half's d_x
+          for (int p = 0; p < 2; ++p) acc = std::fma(static_cast<float>(part[p]), dw[p] * act.d4[4 * (h0 + p)], acc);
+        } else {  // one: the halves' sums on the block scale's grid (exact), one step
+          const int32_t sum = part[0] * (1 << act.e16[h0]) + part[1] * (1 << act.e16[h0 + 1]);
+          acc = std::fma(static_cast<float>(sum), dw[0] * act.d32[(i * k + blk * kBlock) / kBlock], acc);
+        }
+        if (mins) acc = std::fma(mw, act.s16[h0] + act.s16[h0 + 1], acc);
       }
       out[i * kRows + r] = acc;
     }

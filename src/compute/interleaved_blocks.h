@@ -8,12 +8,14 @@
 // same on the two 256-bit halves of each word.
 //
 // Numeric model (the "block model", different from the 16-lane model of the other q8 kernels): over
-// the blocks b of 32 columns in ascending order, from acc = 0,
-//   acc = fma(float(Σ_{c∈b} q_w[c]·q_x[c]), d_w[b]·d_x[b], acc)
-// (Q6_K, a scale per 16 columns: the same step for columns 0..15 of b with (d·sc_0)·d_x, then for 16..31
-// with (d·sc_1)·d_x)
+// the blocks b of 32 columns in ascending order, from acc = 0, with S_h = Σ_{c∈h} q_w[c]·q_x[c] the
+// integer sums of its halves h = 0 (columns 0..15) and 1 (16..31), whose activation scales are
+// d_x[b]·2^e_h (matmul_q8.h: a scale per 16, the two a power of two apart; d_x[b] the smaller),
+//   acc = fma(float(S_0·2^e_0 + S_1·2^e_1), d_w[b]·d_x[b], acc)   (the integer sum exact in int32)
+// (Q6_K, a weight scale d·sc_h per half: acc = fma(float(S_h), (d·sc_h)·d_x[b, h], acc) for h = 0, 1,
+// d_x[b, h] = d_x[b]·2^e_h)
 // and for Q4_1 and the affine formats (w = d_w·q_w + m_w, q_w the unsigned code) then
-//   acc = fma(m_w[b], d_x[b]·float(Σ_{c∈b} q_x[c]), acc).
+//   acc = fma(m_w[b], s16[b, 0] + s16[b, 1], acc),  s16[b, h] = d_x[b, h]·float(Σ_{c∈h} q_x[c]).
 // (GGUF Q4_K: d_w[b] = d·sc and m_w[b] = (−dmin)·m of the sub-block, formed from the copy's bytes, exact.)
 // For an affine matrix (and a GGUF Q5_K one, copied as affine 5-bit: interleave_q5_k) d_w[b] and m_w[b] are the scale and bias of the mlx group (32, 64 or 128
 // columns) that holds block b, kept in F32: mlx stores them as BF16 or F32, and BF16 → F16 would
@@ -156,8 +158,9 @@ void fill_rows(const InterleavedBlocks& b, ThreadPool* pool, Row&& row) {
 
 namespace detail {
 
-// Activation rows as the block model reads them: act.q (signed codes), act.d4 (d_x, eight times per
-// block) and act.sum32 (Σ q_x per block), which quantize_activations fills; the AVX512-VNNI kernel
+// Activation rows as the block model reads them: act.q (signed codes), act.d4 (d_x, four times per
+// 16 columns), act.e16, act.sum16 and act.s16 (shift, Σ q_x and d_x·Σ q_x per 16 columns), act.d32
+// (the block scale), which quantize_activations fills; the AVX512-VNNI kernel
 // reads the same values packed by act.pack_blocks8 (call it first), the others read them as they are.
 //
 // Output columns [j0, j1) of rows 0 .. act.m − 1: y[i·ldy + j] (= or +=), by the group kernel of
@@ -188,10 +191,9 @@ struct InterleavedFmt {
   static constexpr bool kNibbles = K == InterleavedKind::Q4_0 || K == InterleavedKind::Q4_1 || K == InterleavedKind::Affine4 || kQ4K;
   // Nibble words plus a word of fifth bits; multiplied as 8-bit codes (0..31).
   static constexpr bool kFive = K == InterleavedKind::Q5_0 || K == InterleavedKind::Q5_1 || K == InterleavedKind::Affine5;
-  // Q6_K: nibble words plus two words of high bit pairs, 8-bit codes 0..63; and a scale per 16
-  // columns, so a block is two integer sums (words 0..3, 4..7), each with its own F32 step.
+  // Q6_K: nibble words plus two words of high bit pairs, 8-bit codes 0..63; and a weight scale per
+  // 16 columns (every block is two integer sums, words 0..3 and 4..7, for the activations' scales).
   static constexpr bool kSix = K == InterleavedKind::Q6_K;
-  static constexpr bool kSplit = kSix;
   static constexpr bool kMin = K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1 || kAffine || kQ4K;
   static constexpr int kCodeBytes = kNibbles ? 256 : kFive ? 320 : kSix ? 384 : 512;
   static constexpr int kScaleBytes = kAffine ? 128 : (K == InterleavedKind::Q4_1 || K == InterleavedKind::Q5_1) ? 64 : (kSix || kQ4K) ? 40 : 32;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "graft/core/error.h"
@@ -133,46 +134,93 @@ namespace {
 // dispatch (a server step of eight rows would pay two more synchronizations per matmul).
 constexpr int64_t kSplitWork = 32 * 1024;
 
-// One block of 32: q = clamp(round(x·id), ±127) with id = 127 / max|x| (the scalar rule, in
-// AVX2: the product and the rounding are the same IEEE operations), d4 the block scale eight times,
-// s16 = d·Σ q over each half, sum32 = Σ q (exact integer sums).
-void quantize_block(const float* xb, int8_t* q, float* d4, float* s16, int32_t* sum32, int32_t* sum16) {
+}  // namespace
+
+namespace {
+// (activation_scales, inlined into quantize_block: it runs once per block of every activation row)
+inline __attribute__((always_inline)) ActivationScales scales_of(float amax0, float amax1) {
+  const bool first = amax0 >= amax1;
+  const float big = first ? amax0 : amax1, small = first ? amax1 : amax0;
+  const float d_big = big / 127.0f;
+  // e: the largest e <= kMaxScaleShift with small·2^e <= big and d_big / 2^e a normal float. For
+  // normal floats from their bits (exponents apart, one less when small's significand is larger;
+  // quantize_activations calls this per block): the same e as the general rule below.
+  int e = 0;
+  uint32_t bb, bs, bd;
+  std::memcpy(&bb, &big, 4);
+  std::memcpy(&bs, &small, 4);
+  std::memcpy(&bd, &d_big, 4);
+  const int eb = static_cast<int>(bb >> 23), es = static_cast<int>(bs >> 23), ed = static_cast<int>(bd >> 23);
+  if (small > 0.0f && es > 0 && eb < 255 && ed > 0) {
+    e = eb - es - ((bs & 0x7fffff) > (bb & 0x7fffff) ? 1 : 0);
+    e = std::clamp(std::min(e, ed - 1), 0, kMaxScaleShift);
+  } else if (small > 0.0f) {  // subnormal or infinite values: the rule as written
+    e = std::ilogb(big) - std::ilogb(small);
+    if (std::ldexp(small, e) > big) --e;
+    e = std::clamp(e, 0, kMaxScaleShift);
+    while (e > 0 && std::ldexp(d_big, -e) < std::numeric_limits<float>::min()) --e;
+  }
+  // 2^-e and 2^e: the products below are exact (no overflow or subnormal: e's limits), so the
+  // smaller half's 127 / (big·2^-e) is (127 / big)·2^e, one division fewer.
+  const uint32_t down_bits = static_cast<uint32_t>(127 - e) << 23, up_bits = static_cast<uint32_t>(127 + e) << 23;
+  float down, up;
+  std::memcpy(&down, &down_bits, 4);
+  std::memcpy(&up, &up_bits, 4);
+  ActivationScales s;
+  const int b = first ? 0 : 1;
+  s.shift[b] = e;
+  s.d[b] = d_big;
+  s.d[1 - b] = d_big * down;
+  s.id[b] = big > 0.0f ? 127.0f / big : 0.0f;
+  s.id[1 - b] = s.id[b] * up;
+  return s;
+}
+}  // namespace
+
+ActivationScales activation_scales(float amax0, float amax1) { return scales_of(amax0, amax1); }
+
+namespace {
+
+// One block of 32 as two groups of 16 with the scales of activation_scales: per group q =
+// clamp(round(x·id), ±127) with id = 127 / the max|x| its scale stands for (the scalar rule, in AVX2: the product and the
+// rounding are the same IEEE operations), d4 its scale four times, s16 = d·Σ q, sum16 = Σ q (exact
+// integer sums) and e16 its shift; d32 the block scale d_x (the smaller of the two).
+void quantize_block(const float* xb, int8_t* q, float* d4, float* s16, int32_t* sum16, int32_t* e16, float* d32) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4];
-  __m256 amax = _mm256_setzero_ps();
-  for (int t = 0; t < 4; ++t) {
-    v[t] = _mm256_loadu_ps(xb + 8 * t);
-    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[t]));
-  }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float am = _mm_cvtss_f32(m4);
-  const float d = am / 127.0f;
-  const __m256 id = _mm256_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
+  for (int t = 0; t < 4; ++t) v[t] = _mm256_loadu_ps(xb + 8 * t);
+  // Both halves' max|x| in one reduction: lanes 0..3 reduce half 0, lanes 4..7 half 1.
+  const __m256 a0 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+  const __m256 a1 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
+  __m256 m = _mm256_max_ps(_mm256_permute2f128_ps(a0, a1, 0x20), _mm256_permute2f128_ps(a0, a1, 0x31));
+  m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4e));
+  m = _mm256_max_ps(m, _mm256_permute_ps(m, 0xb1));
+  const ActivationScales sc = scales_of(_mm256_cvtss_f32(m), _mm256_cvtss_f32(_mm256_permute2f128_ps(m, m, 0x11)));
   const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
   __m256i i[4];
-  for (int t = 0; t < 4; ++t)
-    i[t] = _mm256_cvtps_epi32(_mm256_min_ps(
-        _mm256_max_ps(_mm256_round_ps(_mm256_mul_ps(v[t], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), lo),
-        hi));
+  for (int g = 0; g < 2; ++g) {
+    const __m256 id = _mm256_set1_ps(sc.id[g]);
+    for (int t = 0; t < 2; ++t)
+      i[2 * g + t] = _mm256_cvtps_epi32(_mm256_min_ps(
+          _mm256_max_ps(_mm256_round_ps(_mm256_mul_ps(v[2 * g + t], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                        lo),
+          hi));
+    _mm_storeu_ps(d4 + 4 * g, _mm_set1_ps(sc.d[g]));
+    e16[g] = sc.shift[g];
+  }
+  // Both halves' Σ q in one reduction, as above.
+  const __m256i h0 = _mm256_add_epi32(i[0], i[1]), h1 = _mm256_add_epi32(i[2], i[3]);
+  __m256i sv = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+  sv = _mm256_add_epi32(sv, _mm256_shuffle_epi32(sv, 0x4e));
+  sv = _mm256_add_epi32(sv, _mm256_shuffle_epi32(sv, 0xb1));
+  sum16[0] = _mm256_cvtsi256_si32(sv);
+  sum16[1] = _mm256_extract_epi32(sv, 4);
+  for (int g = 0; g < 2; ++g) s16[g] = sc.d[g] * static_cast<float>(sum16[g]);
+  *d32 = std::min(sc.d[0], sc.d[1]);
   // Values within ±127: the saturating packs are exact; the permute undoes their lane interleave.
   const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
                       _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-  _mm256_storeu_ps(d4, _mm256_set1_ps(d));
-  int32_t total = 0;
-  for (int g = 0; g < 2; ++g) {
-    __m256i sv = _mm256_add_epi32(i[2 * g], i[2 * g + 1]);
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sv), _mm256_extracti128_si256(sv, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-    const int32_t half = _mm_cvtsi128_si32(s4);
-    s16[g] = d * static_cast<float>(half);
-    sum16[g] = half;
-    total += half;
-  }
-  *sum32 = total;
 }
 }  // namespace
 
@@ -182,13 +230,14 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
   a.q.resize(static_cast<size_t>(m * k));
   a.d4.resize(static_cast<size_t>(m * k / 4));
   a.s16.resize(static_cast<size_t>(m * k / 16));
-  a.sum32.resize(static_cast<size_t>(m * k / 32));
   a.sum16.resize(static_cast<size_t>(m * k / 16));
+  a.e16.resize(static_cast<size_t>(m * k / 16));
+  a.d32.resize(static_cast<size_t>(m * k / 32));
   auto rows = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t c0 = 0; c0 < k; c0 += 32)
         quantize_block(x + i * k + c0, &a.q[i * k + c0], &a.d4[(i * k + c0) / 4], &a.s16[(i * k + c0) / 16],
-                       &a.sum32[(i * k + c0) / 32], &a.sum16[(i * k + c0) / 16]);
+                       &a.sum16[(i * k + c0) / 16], &a.e16[(i * k + c0) / 16], &a.d32[(i * k + c0) / 32]);
   };
   if (pool && m * k >= kSplitWork)
     pool->parallel_for(m, rows);
@@ -246,10 +295,11 @@ void Q8Activations::pack_rows8(bool with_min, ThreadPool* pool) {
 void Q8Activations::pack_blocks8(ThreadPool* pool) {
   const int64_t nb = k / 32;
   xb.resize(static_cast<size_t>(m * k));
-  xd.resize(static_cast<size_t>(m * nb));
-  xs.resize(static_cast<size_t>(m * nb));
+  xd.resize(static_cast<size_t>(2 * m * nb));
+  xe.resize(static_cast<size_t>(2 * m * nb));
+  xo.resize(static_cast<size_t>(2 * m * nb));
+  xdb.resize(static_cast<size_t>(m * nb));
   xm.resize(static_cast<size_t>(m * nb));
-  xo16.resize(static_cast<size_t>(2 * m * nb));
   auto pack = [&](int64_t grp0, int64_t grp1) {
     for (int64_t i0 = grp0 * 8; i0 < std::min(m, grp1 * 8); i0 += 8) {
       const int64_t rows = std::min<int64_t>(8, m - i0);
@@ -257,11 +307,13 @@ void Q8Activations::pack_blocks8(ThreadPool* pool) {
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t at = i0 * nb + b * rows + r, i = i0 + r;
           std::memcpy(&xb[at * 32], &q[i * k + b * 32], 32);
-          xd[at] = d4[(i * k + b * 32) / 4];
-          xs[at] = sum32[i * nb + b];
-          xm[at] = xd[at] * static_cast<float>(xs[at]);
-          xo16[2 * at] = -32 * sum16[2 * (i * nb + b)];
-          xo16[2 * at + 1] = -32 * sum16[2 * (i * nb + b) + 1];
+          for (int64_t h = 0; h < 2; ++h) {
+            xd[2 * at + h] = d4[(i * k + b * 32 + 16 * h) / 4];
+            xe[2 * at + h] = e16[2 * (i * nb + b) + h];
+            xo[2 * at + h] = -32 * sum16[2 * (i * nb + b) + h];
+          }
+          xdb[at] = d32[i * nb + b];
+          xm[at] = s16[2 * (i * nb + b)] + s16[2 * (i * nb + b) + 1];
         }
     }
   };

@@ -1,13 +1,21 @@
 // Internal to the compute layer (compute/weight.cpp dispatches through it): matmul on GGUF block weights with 8-bit activations and integer
-// dot products (llama.cpp's scheme: each activation row quantized once, to int8 in blocks of 32
-// with an F32 scale d = max|x| / 127, q = round(x / d)).
+// dot products. Each activation row is quantized once, to int8 with an F32 scale per 16 columns,
+// d = max|x| / 127, q = round(x / d), except that in each block of 32 the smaller of the two scales is
+// the larger one divided by a power of two, 2^e (e <= 11: the largest that keeps the group's
+// max|x| / d within 127): activation_scales. llama.cpp's scheme is one scale per 32 columns. Where one
+// large activation sets a block's scale, the other 16 columns keep (nearly) their own resolution:
+// the mean KL divergence against unrounded activations is 0.59× that of a scale per 32 (exact scales
+// per 16: 0.54×; issue 36, docs/PERFORMANCE.md "Accuracy"). The power of two is what keeps the
+// integer kernels at one F32 step per block: the block model (interleaved_blocks.h) shifts the
+// larger half's integer sum left by e and scales the block once by the smaller scale, exactly; the
+// 16-lane model multiplies each 4 columns' scale (d4) as before.
 //
-// y[i, j] = Σ_c a[c/16]·q_w[c]·d_x[c/32]·q_x[c] + Σ_g b[g]·d_x·Σ_{c∈g} q_x[c]
+// y[i, j] = Σ_c a[c/16]·q_w[c]·d_x[c/16]·q_x[c] + Σ_g b[g]·d_x[g]·Σ_{c∈g} q_x[c]
 // The integer products are exact; the F32 part is summed lane by lane in a fixed order that
 // depends only on the kernel's lane count (8: scalar, AVX2, AVX-VNNI; 16: AVX512-VNNI and its
 // scalar emulation), so every kernel equals its scalar model bit for bit, and results do not
 // depend on m, the column split or the thread count. Against F32 math on the dequantized weights
-// the only approximation is the activation rounding: |error| ≤ Σ_blocks (d_x / 2)·Σ_{c∈block} |w_c|
+// the only approximation is the activation rounding: |error| ≤ Σ_groups (d_x / 2)·Σ_{c∈group} |w_c|
 // (plus F32 rounding).
 #pragma once
 #include <cstdint>
@@ -28,14 +36,25 @@ bool q8_kernel_supported(Q8Kernel k);
 // (and supported).
 Q8Kernel best_q8_kernel();
 
-// m activation rows of k columns (k a multiple of 32) quantized to int8.
+// The scales of a block of 32 from the max|x| of its two halves: the larger half's d = amax / 127,
+// the other's that divided by 2^shift (one of the shifts is 0), and the factor id each half's
+// codes are rounded with, q = round(x·id): 127 / amax, and for the other half 127 / (amax / 2^shift).
+inline constexpr int kMaxScaleShift = 11;  // 2^11 · 16·127·255 < 2^31: the shifted block sums fit int32
+struct ActivationScales {
+  float d[2] = {0.0f, 0.0f}, id[2] = {0.0f, 0.0f};
+  int shift[2] = {0, 0};
+};
+ActivationScales activation_scales(float amax0, float amax1);
+
+// m activation rows of k columns (k a multiple of 32) quantized to int8, a scale per 16 columns.
 struct Q8Activations {
   int64_t m = 0, k = 0;
   std::vector<int8_t> q;     // [m, k]
-  std::vector<float> d4;     // [m, k / 4]: the block scale d_x, once per four columns
+  std::vector<float> d4;     // [m, k / 4]: the group's scale d_x, once per four columns
   std::vector<float> s16;    // [m, k / 16]: d_x · Σ q_x over each 16 columns (the min term's input)
-  std::vector<int32_t> sum32;  // [m, k / 32]: Σ q_x over each block (interleaved_blocks.h's kernel)
-  std::vector<int32_t> sum16;  // [m, k / 16]: Σ q_x over each 16 columns (its Q6_K copies' offset)
+  std::vector<int32_t> sum16;  // [m, k / 16]: Σ q_x over each 16 columns (the interleaved codes' offsets)
+  std::vector<int32_t> e16;  // [m, k / 16]: each group's shift e (its d_x = the block's d32 · 2^e)
+  std::vector<float> d32;    // [m, k / 32]: the block scale, the smaller of its groups' d_x
   // The AVX-512 fused kernels' layout (pack_rows8): rows in groups of eight (the last group may
   // hold fewer, R), chunk-major inside a group, one 128-byte record per 64-column chunk and row at
   // x8_records()[(g·8·chunks + c·R + r)·128]: the 64 codes as unsigned bytes q_x + 128 (so that
@@ -48,17 +67,18 @@ struct Q8Activations {
   void pack_rows8(bool with_min, ThreadPool* pool = nullptr);
   // The interleaved kernel's layout (pack_blocks8; interleaved_blocks.h): rows in groups of eight
   // (the last may hold fewer, R), block-major inside a group: row i0 + r's codes of block b at
-  // xb[(i0·nb + b·R + r)·32], its d_x and Σ q_x at xd / xs[i0·nb + b·R + r] (nb = k / 32, i0 a
-  // multiple of 8), so that a kernel reaches eight rows' data at constant offsets from one pointer;
-  // xm = d_x·float(Σ q_x) at the same place (the min step's factor, rounded once as the block model
-  // rounds it: one broadcast load a block instead of a conversion, a product and a broadcast).
+  // xb[(i0·nb + b·R + r)·32] (nb = k / 32, i0 a multiple of 8), the d_x, shift e and Σ q_x of its
+  // two halves (columns 0..15, 16..31) at xd / xe / xo[2·(i0·nb + b·R + r) + half], so that a kernel
+  // reaches eight rows' data at constant offsets from one pointer (xo holds −32·Σ q_x: the start of a
+  // Q6_K sum, whose codes are q + 32, and by an exact shift that of the others); at [i0·nb + b·R + r] the block
+  // scale xdb (d32) and xm = s16 of the two halves added (the min step's factor, rounded as the
+  // block model rounds it: one broadcast load a block).
   std::vector<int8_t> xb;
   std::vector<float> xd;
-  std::vector<int32_t> xs;
+  std::vector<int32_t> xe;
+  std::vector<int32_t> xo;
+  std::vector<float> xdb;
   std::vector<float> xm;
-  // −32·Σ q_x of columns 0..15 and of 16..31 of the block at [2·(i0·nb + b·R + r) + half]: the
-  // exact int32 start of a Q6_K copy's two sums (its codes are q + 32), one broadcast load each.
-  std::vector<int32_t> xo16;
   void pack_blocks8(ThreadPool* pool = nullptr);
   const uint8_t* x8_records() const;  // x8's data, 64-byte aligned
 };

@@ -119,6 +119,8 @@ TEST_P(InterleavedAffineKernel, EqualsTheBlockModelAtExtremeCodes) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < k; ++c)
       x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : i == 5 ? (c == 7 ? 3e4f : 1e-3f) : (c / (i - 1)) % 2 ? 1.0f : -1.0f;
+  for (int64_t c = 0; c < k; ++c)
+    if (c % 32 < 16) x[4 * k + c] *= 2048.0f;  // row 4: codes ±127 at the largest shift (11) in every block
   compute::detail::Q8Activations act;
   compute::detail::quantize_activations(x.data(), m, k, act);
   ASSERT_EQ(act.q[0], 127);

@@ -418,7 +418,7 @@ TEST_P(KQuantKernel, EqualsTheBlockModel) {
           << "m=" << s.m << " n=" << s.n << " k=" << s.k;
     }
   }
-  const int64_t m = 3, n = 17, k = 768;
+  const int64_t m = 4, n = 17, k = 768;  // (row 3: the largest shift)
   const auto x = extreme_x(m, k);
   const auto b = compute::interleave_blocks(extreme_kquant(q().type, n, k, 79));
   EXPECT_EQ(run_interleaved(*b, x.data(), m, kernel()), run_interleaved(*b, x.data(), m, Q8Kernel::Scalar));

@@ -32,12 +32,17 @@ inline constexpr Q8Kernel kSimdKernels[] = {Q8Kernel::Avx2, Q8Kernel::AvxVnni, Q
 inline bool kernel_missing(Q8Kernel k) { return !compute::detail::q8_kernel_supported(k); }
 inline std::string kernel_name(Q8Kernel k) { return compute::detail::q8_kernel_name(k); }
 
-// Activation rows at ±127 (every block's max |x| is 1): all +1, all −1, then signs alternating every
-// 1, 2, 3 … columns: the pairs of a naive maddubs add up, cancel, and mix.
+// Activation rows at ±127 (every group's max |x| is its value): all +1, all −1, then signs
+// alternating every 1, 2, 3 … columns: the pairs of a naive maddubs add up, cancel, and mix; every
+// fourth row's halves 0..15 at ±2048 (the largest shift, 11: the block's shifted integer sum at its
+// largest, 2^11·16·255·127 < 2^31).
 inline std::vector<float> extreme_x(int64_t m, int64_t k) {
   std::vector<float> x(static_cast<size_t>(m * k));
   for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c) x[i * k + c] = i == 0 ? 1.0f : i == 1 ? -1.0f : (c / (i - 1)) % 2 ? 1.0f : -1.0f;
+    for (int64_t c = 0; c < k; ++c) {
+      const float v = i == 0 ? 1.0f : i == 1 ? -1.0f : (c / (i - 1)) % 2 ? 1.0f : -1.0f;
+      x[i * k + c] = i % 4 == 3 && c % 32 < 16 ? 2048.0f * v : v;
+    }
   return x;
 }
 

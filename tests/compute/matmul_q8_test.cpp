@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -73,34 +74,70 @@ TEST(MatmulQ8, UnpackEqualsDequantization) {
   }
 }
 
-// The rule of llama.cpp's quantize_row_q8_0, written plainly: the vectorized quantizer must give
-// these bytes and scales exactly (ties of x·id round to even, as nearbyint does).
+// The scale rule (matmul_q8.h), written plainly: per block of 32, the larger half's d = max|x| / 127,
+// the other's d / 2^e with e the largest (<= 11) that keeps its max|x| / d within 127.
+struct PlainScales {
+  float d[2], am[2];  // each half's scale and the max|x| its codes are rounded against (d·127)
+  int e[2];           // each half's scale = the smaller one · 2^e
+};
+PlainScales plain_scales(const float* xb) {
+  float amax[2] = {0.0f, 0.0f};
+  for (int t = 0; t < 32; ++t) amax[t / 16] = std::max(amax[t / 16], std::fabs(xb[t]));
+  const int big = amax[0] >= amax[1] ? 0 : 1;
+  int e = 0;
+  if (amax[1 - big] > 0.0f)
+    while (e < 11 && amax[1 - big] * std::exp2(static_cast<float>(e + 1)) <= amax[big] &&
+           amax[big] / 127.0f / std::exp2(static_cast<float>(e + 1)) >= std::numeric_limits<float>::min())
+      ++e;
+  PlainScales s{};
+  s.d[big] = amax[big] / 127.0f;
+  s.d[1 - big] = s.d[big] / std::exp2(static_cast<float>(e));
+  s.am[big] = amax[big];
+  s.am[1 - big] = amax[big] / std::exp2(static_cast<float>(e));
+  s.e[big] = e;
+  s.e[1 - big] = 0;
+  return s;
+}
+
+// llama.cpp's quantize_row_q8_0 with those scales: the vectorized quantizer must give these bytes
+// and scales exactly (ties of x·id round to even, as nearbyint does).
 TEST(MatmulQ8, ActivationQuantizationFollowsTheScalarRule) {
   const int64_t m = 5, k = 96;
   auto x = random_x(m, k, 29);
   for (int t = 0; t < 32; ++t) x[64 + t] = static_cast<float>(t - 16) * 0.5f;  // ties: ±127·(j/32)...
-  x[64] = -8.0f;                                                               // the block's max|x| on a negative
+  x[64] = -8.0f;                                                               // a group's max|x| on a negative
   for (int t = 0; t < 32; ++t) x[96 + t] = t % 2 ? 1e-30f : -3e-38f;           // tiny values
+  for (int t = 0; t < 16; ++t) x[128 + t] = 0.0f;                              // a group of zeros
+  x[96 + 84] = 50.0f;                   // one large value (row 1): its own 16 columns take its scale
+  x[2 * k + 5] = 1e4f;                  // row 2: a ratio past 2^11, the shift stops at 11
+  for (int t = 16; t < 32; ++t) x[3 * k + t] = 0.25f * static_cast<float>(t);  // row 3: the max in half 1
   Q8Activations a;
   ThreadPool pool(3);
   quantize_activations(x.data(), m, k, a, &pool);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c0 = 0; c0 < k; c0 += 32) {
       const float* xb = &x[i * k + c0];
-      float amax = 0.0f;
-      for (int t = 0; t < 32; ++t) amax = std::max(amax, std::fabs(xb[t]));
-      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      int32_t sum[2] = {0, 0};  // the two halves
-      for (int t = 0; t < 32; ++t) {
-        const auto q = static_cast<int8_t>(std::clamp(std::nearbyint(xb[t] * id), -127.0f, 127.0f));
-        ASSERT_EQ(a.q[i * k + c0 + t], q) << "row " << i << " column " << c0 + t;
-        sum[t / 16] += q;
+      const PlainScales sc = plain_scales(xb);
+      for (int h = 0; h < 2; ++h) {
+        const float d = sc.d[h], idx = sc.am[h] > 0.0f ? 127.0f / sc.am[h] : 0.0f;
+        int32_t sum = 0;
+        for (int t = 16 * h; t < 16 * h + 16; ++t) {
+          const auto q = static_cast<int8_t>(std::clamp(std::nearbyint(xb[t] * idx), -127.0f, 127.0f));
+          ASSERT_EQ(a.q[i * k + c0 + t], q) << "row " << i << " column " << c0 + t;
+          sum += q;
+        }
+        const int64_t g = (i * k + c0) / 16 + h;
+        for (int l = 0; l < 4; ++l) ASSERT_EQ(a.d4[4 * g + l], d) << "row " << i << " column " << c0 + 16 * h;
+        ASSERT_EQ(a.s16[g], d * static_cast<float>(sum));
+        ASSERT_EQ(a.sum16[g], sum);
+        ASSERT_EQ(a.e16[g], sc.e[h]) << "row " << i << " column " << c0 + 16 * h;
       }
-      for (int l = 0; l < 8; ++l) ASSERT_EQ(a.d4[(i * k + c0) / 4 + l], d);
-      for (int g = 0; g < 2; ++g) ASSERT_EQ(a.s16[(i * k + c0) / 16 + g], d * static_cast<float>(sum[g]));
-      ASSERT_EQ(a.sum32[(i * k + c0) / 32], sum[0] + sum[1]);
-      for (int g = 0; g < 2; ++g) ASSERT_EQ(a.sum16[(i * k + c0) / 16 + g], sum[g]);  // (Q6_K copies' offsets)
+      ASSERT_EQ(a.d32[(i * k + c0) / 32], std::min(sc.d[0], sc.d[1]));
     }
+  // The large value's group has its scale; the block's other half a power of two below, near its own.
+  ASSERT_EQ(a.d4[(k + 80) / 4], 50.0f / 127.0f);
+  ASSERT_LT(a.d4[(k + 64) / 4], 50.0f / 127.0f / 4);
+  ASSERT_EQ(a.e16[(2 * k) / 16], 11);
 }
 
 TEST(MatmulQ8, KernelsEqualTheirScalarModelBitForBit) {

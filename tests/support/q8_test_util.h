@@ -33,28 +33,35 @@ inline Tensor random_blocks(DType t, int64_t n, int64_t k, uint32_t seed) {
   return Tensor::owned(t, {n, k}, std::move(bytes));
 }
 
-// Normal activations, with one all-zero block when there is room.
+// Normal activations, each 16 columns at its own magnitude (2^-6 .. 2^5: so that the two halves of
+// a block get scales a power of two apart, up to the shift limit of 11), with one all-zero block
+// when there is room.
 inline std::vector<float> random_x(int64_t m, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(m * k));
-  for (auto& v : x) v = nd(rng);
+  for (size_t g = 0; g < x.size(); g += 16) {
+    const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 12) - 6);
+    for (size_t c = g; c < std::min(x.size(), g + 16); ++c) x[c] = mag * nd(rng);
+  }
   if (m * k >= 64) std::fill_n(x.begin() + 32, 32, 0.0f);  // an all-zero activation block
   return x;
 }
 
 // How far an 8-bit-activation result may be from F32 math on the dequantized weights: the
-// activation rounding Σ_blocks (d_x / 2)·Σ|w|, plus 1e-5 relative of Σ|w·x| for F32 rounding.
+// activation rounding Σ_groups (d_x / 2)·Σ|w| over the groups of 16 (d_x at most twice the group's
+// own max|x| / 127, and at most the block's: matmul_q8.h's scales), plus 1e-5 relative of Σ|w·x| for
+// F32 rounding.
 inline double activation_rounding_bound(const float* x, const float* w, int64_t k) {
   double bound = 1e-30, mag = 0;
   for (int64_t c0 = 0; c0 < k; c0 += 32) {
-    float amax = 0, wabs = 0;
+    float amax[2] = {0, 0}, wabs[2] = {0, 0};
     for (int64_t c = c0; c < c0 + 32; ++c) {
-      amax = std::max(amax, std::fabs(x[c]));
-      wabs += std::fabs(w[c]);
+      amax[(c - c0) / 16] = std::max(amax[(c - c0) / 16], std::fabs(x[c]));
+      wabs[(c - c0) / 16] += std::fabs(w[c]);
       mag += std::fabs(x[c] * w[c]);
     }
-    bound += amax / 127.0 / 2.0 * wabs;
+    for (int h = 0; h < 2; ++h) bound += std::min(2.0f * amax[h], std::max(amax[0], amax[1])) / 127.0 / 2.0 * wabs[h];
   }
   return bound + 1e-5 * mag;
 }

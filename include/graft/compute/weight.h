@@ -71,12 +71,12 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const Weight& w, float*
 // layout of the CPU's fastest integer kernel (16 rows interleaved, for AVX512-VNNI, AVX-VNNI or AVX2;
 // GRAFT_Q8_INTERLEAVE=0 keeps them as stored, the affine ones on matmul_affine's F32 kernel). The
 // copies change the summation order of those matrices, and for affine matrices round the
-// activations to 8 bits per block of 32 (compute/interleaved_blocks.h: the block model); every other
+// activations to 8 bits with a scale per 16 columns (compute/matmul_q8.h, interleaved_blocks.h: the block model); every other
 // property holds (results independent of m and the thread count). Returns the bytes copied. Call
 // before a Transformer is built on the weights.
 //
 // How quantized weights (GGUF blocks, mlx affine) meet the activations (`--activations` of generate
-// and serve): Q8, the default, rounds each activation row to 8 bits per block of 32 and runs the
+// and serve): Q8, the default, rounds each activation row to 8 bits with a scale per 16 columns and runs the
 // integer kernels (interleaved copies where the CPU has them); F32 leaves the activations unrounded:
 // GGUF blocks are dequantized tile by tile (a few rows at a time, in L2) and run on the dense F32
 // kernel, so the logits equal those of the same file loaded with `--dtype f32` bit for bit (F32 math
