@@ -257,8 +257,8 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
 
 bool interleaved_reads_packed(Q8Kernel kernel) { return kernel == Q8Kernel::Avx512Vnni; }
 
-void prepare_interleaved(Q8Activations& act, Q8Kernel kernel, ThreadPool& pool) {
-  if (interleaved_reads_packed(kernel)) act.pack_blocks8(&pool);
+void prepare_interleaved(Q8Activations& act, Q8Kernel kernel, ThreadPool* pool) {
+  if (interleaved_reads_packed(kernel)) act.pack_blocks8(pool);
 }
 
 void interleaved_cols(const InterleavedBlocks& b, const Q8Activations& act, float* y, int64_t ldy, bool accumulate,

@@ -171,7 +171,7 @@ void interleaved_cols(const InterleavedBlocks& w, const Q8Activations& act, floa
 // Whether `kernel`'s group kernel reads the packed activations, and the packing when it does: call
 // after quantize_activations, before interleaved_cols.
 bool interleaved_reads_packed(Q8Kernel kernel);
-void prepare_interleaved(Q8Activations& act, Q8Kernel kernel, ThreadPool& pool);
+void prepare_interleaved(Q8Activations& act, Q8Kernel kernel, ThreadPool* pool);  // pool null: this thread
 
 // One group against every activation row: out[i·16 + r] = y[i, 16g + r].
 void interleaved_group_scalar(const InterleavedBlocks& w, const Q8Activations& act, int64_t g, float* out);

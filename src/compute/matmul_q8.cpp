@@ -403,17 +403,17 @@ void check_blocks(DType t, int64_t k) {
 }
 }  // namespace
 
-void prepare_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k,
+void prepare_blocks(ThreadPool* pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k,
                     std::span<const DType> types, Q8Activations& act, bool allow_fused) {
   for (DType t : types) check_blocks(t, k);
-  quantize_activations(x, m, k, act, &pool);
+  quantize_activations(x, m, k, act, pool);
   bool pack = false, with_min = false;
   for (DType t : types) {
     if (!allow_fused || !q8_fused_needs_pack(kernel, t, m)) continue;
     pack = true;
     with_min = with_min || quant_format(t)->has_min;
   }
-  if (pack) act.pack_rows8(with_min, &pool);
+  if (pack) act.pack_rows8(with_min, pool);
 }
 
 void blocks_cols(Q8Kernel kernel, const Q8Activations& act, const Tensor& w, float* y, bool accumulate, int64_t j0,
@@ -451,7 +451,7 @@ void matmul_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m,
   if (m == 0 || n == 0) return;
   Q8Activations act;
   const DType types[] = {w.dtype};
-  prepare_blocks(pool, kernel, x, m, k, types, act, allow_fused);
+  prepare_blocks(&pool, kernel, x, m, k, types, act, allow_fused);
   const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, m * k));
   pool.parallel_for(
       n,

@@ -134,7 +134,7 @@ Q8FusedRows q8_fused_for_rows(Q8Kernel k, DType t, int64_t m);
 // matmul_blocks in two steps, so that several block weights on the same x (q/k/v, gate/up) share
 // one quantization and one dispatch (matmul_many): the activations quantized, and packed when a
 // fused AVX-512 kernel of one of `types` will read them; then output columns [j0, j1) of w.
-void prepare_blocks(ThreadPool& pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k,
+void prepare_blocks(ThreadPool* pool, Q8Kernel kernel, const float* x, int64_t m, int64_t k,
                     std::span<const DType> types, Q8Activations& act, bool allow_fused = true);
 void blocks_cols(Q8Kernel kernel, const Q8Activations& act, const Tensor& w, float* y, bool accumulate, int64_t j0,
                  int64_t j1, bool allow_fused = true);

@@ -66,7 +66,7 @@ void matmul_interleaved(ThreadPool& pool, const float* x, int64_t m, const Inter
   detail::Q8Activations act;
   detail::quantize_activations(x, m, b.k, act, &pool);
   const detail::Q8Kernel q8 = detail::best_q8_kernel();
-  detail::prepare_interleaved(act, q8, pool);
+  detail::prepare_interleaved(act, q8, &pool);
   const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * b.k * kGroupCols));
   pool.parallel_for(
       b.groups(),
@@ -134,8 +134,8 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   }
   const detail::Q8Kernel q8 = detail::best_q8_kernel();
   detail::Q8Activations act;
-  if (any_blocks) detail::prepare_blocks(pool, q8, x, m, k, block_types, act);
-  if (any_interleaved) detail::prepare_interleaved(act, q8, pool);
+  if (any_blocks) detail::prepare_blocks(&pool, q8, x, m, k, block_types, act);
+  if (any_interleaved) detail::prepare_interleaved(act, q8, &pool);
   Bf16Rows bf16_x;  // x rounded once for every BF16 target
   if (any_bf16) round_rows_bf16(x, m, k, bf16_x, &pool);
   const detail::Isa isa = detail::best_isa();

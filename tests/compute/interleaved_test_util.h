@@ -21,7 +21,7 @@ inline std::vector<float> run_interleaved(const compute::InterleavedBlocks& b, c
   compute::detail::Q8Activations act;
   compute::detail::quantize_activations(x, m, b.k, act);
   ThreadPool pool(1);
-  compute::detail::prepare_interleaved(act, kernel, pool);
+  compute::detail::prepare_interleaved(act, kernel, &pool);
   std::vector<float> y(static_cast<size_t>(m * b.n), -1.0f);
   compute::detail::interleaved_cols(b, act, y.data(), b.n, false, j0, j1 < 0 ? b.n : j1, kernel);
   return y;

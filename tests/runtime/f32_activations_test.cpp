@@ -13,6 +13,8 @@
 // where a tile starts. That the default (q8) path differs is checked too, so the comparison can fail.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <vector>
 
@@ -70,6 +72,46 @@ TEST(F32Activations, TinyGgufBlocksEqualTheDequantizedModel) {
     if (ids.size() > 1) {
       EXPECT_NE(test::prompt_logits(q8, nullptr, {}, ids), want) << "q8 is a different computation";
     }
+  }
+}
+
+// The default (q8) head's largest logits are refined to their unrounded value (runtime/transformer.cpp
+// refine_head): with only the head quantized, the hidden state is the same F32 one under both, so a
+// refined logit equals the dequantized model's (up to F32 summation order, 1e-5) while the others
+// keep the 8-bit rounding's error (so this can fail both ways).
+TEST(F32Activations, HeadRefinementGivesTheUnroundedTopLogits) {
+  const std::string dir = test::fixture("models/llama_f32");
+  for (DType t : {DType::Q8_0, DType::Q4_1}) {
+    model::LoadedModel q = model::load_model(dir), deq = model::load_model(dir);
+    const Tensor f = to_f32(q.weights.lm_head.dense);
+    std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(t, f.numel())));
+    quantize_gguf_blocks(t, f.as<float>(), bytes.data(), f.numel());
+    q.weights.lm_head = model::Matrix::of(Tensor::owned(t, f.shape, std::move(bytes)));
+    deq.weights.lm_head = model::Matrix::of(to_f32(q.weights.lm_head.dense));
+    ThreadPool pool(2);
+    prepare_weights(q.weights, pool, compute::Activations::Q8);
+    ASSERT_TRUE(compute::rounds_activations(q.weights.lm_head.kind()));
+    const std::vector<int32_t> ids = kPrompts[0];
+    const auto got = test::prompt_logits(q, nullptr, {}, ids), want = test::prompt_logits(deq, nullptr, {}, ids);
+    const int64_t V = q.config.vocab_size;
+    float refined_worst = 0, others_worst = 0;
+    for (size_t p = 0; p < ids.size(); ++p) {
+      const float* g = &got[p * V];
+      const float* w = &want[p * V];
+      std::vector<int64_t> order(static_cast<size_t>(V));
+      for (int64_t j = 0; j < V; ++j) order[static_cast<size_t>(j)] = j;
+      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g[a] > g[b]; });
+      for (int64_t r = 0; r < V; ++r) {
+        const int64_t j = order[static_cast<size_t>(r)];
+        const float d = std::fabs(g[j] - w[j]) / (1.0f + std::fabs(w[j]));
+        // (the 32 largest before refinement within 12 nats of the top are refined; ranks near 32
+        // may have moved across that line: the first 24 afterwards surely were among them)
+        if (r < 24 && g[j] >= g[order[0]] - 12.0f) refined_worst = std::max(refined_worst, d);
+        if (r > 40) others_worst = std::max(others_worst, d);
+      }
+    }
+    EXPECT_LE(refined_worst, 1e-5f) << dtype_name(t);
+    EXPECT_GT(others_worst, 1e-4f) << dtype_name(t) << ": the rest keep the 8-bit rounding";
   }
 }
 

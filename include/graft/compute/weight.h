@@ -67,6 +67,14 @@ struct Weight {
 void matmul(ThreadPool& pool, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,
             const compute::ColumnEpilogue* epilogue = nullptr);
 
+// For one activation row x and y = matmul(x, w) (plus whatever the caller added): y[j] moved, for
+// each j in rows, by (the dequantized row j · x, unrounded, in double) − (what matmul computed for
+// j), so those outputs are what unrounded activations give. Only where w's kernel rounds the
+// activations to 8 bits (WeightKind Blocks, InterleavedBlocks, InterleavedAffine; a no-op for the
+// others). On the calling thread (callers run rows in parallel). The runtime refines a head's
+// largest logits with it (runtime/transformer.cpp).
+void refine_rows(const Weight& w, const float* x, std::span<const int64_t> rows, float* y);
+
 // Copies GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K matrices and its mlx affine 4/8-bit matrices into the
 // layout of the CPU's fastest integer kernel (16 rows interleaved, for AVX512-VNNI, AVX-VNNI or AVX2;
 // GRAFT_Q8_INTERLEAVE=0 keeps them as stored, the affine ones on matmul_affine's F32 kernel). The

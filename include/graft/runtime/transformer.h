@@ -103,6 +103,7 @@ class Transformer {
   void attention_block(ThreadPool& pool, int64_t l, std::span<const SequenceInput> batch, const RowGroups& groups);
   void mlp_block(ThreadPool& pool, int64_t l, const RowGroups& groups, const ExpertRows& sparse_rows);
   std::vector<float> head(ThreadPool& pool, std::span<const SequenceInput> batch);
+  void refine_head(const float* hn, float* logits) const;
 
   const model::ModelConfig& config_;
   const model::ModelWeights& weights_;
