@@ -4,8 +4,8 @@
 // the larger one divided by a power of two, 2^e (e <= 11: the largest that keeps the group's
 // max|x| / d within 127): activation_scales. llama.cpp's scheme is one scale per 32 columns. Where one
 // large activation sets a block's scale, the other 16 columns keep (nearly) their own resolution:
-// the mean KL divergence against unrounded activations is 0.59× that of a scale per 32 (exact scales
-// per 16: 0.54×; issue 36, docs/PERFORMANCE.md "Accuracy"). The power of two is what keeps the
+// the mean KL divergence against unrounded activations is 0.60× that of a scale per 32 (exact scales
+// per 16: 0.54×, at 7-12 % more prefill time; issue 36, docs/PERFORMANCE.md "Accuracy"). The power of two is what keeps the
 // integer kernels at one F32 step per block: the block model (interleaved_blocks.h) shifts the
 // larger half's integer sum left by e and scales the block once by the smaller scale, exactly; the
 // 16-lane model multiplies each 4 columns' scale (d4) as before.
