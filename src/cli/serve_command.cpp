@@ -32,16 +32,23 @@ std::pair<std::string, std::string> named(const std::string& arg) {
 
 int run_serve(ServeArgs& a) {
   engine::EngineOptions o = engine_options(a.model);
-  // Every adapter argument and file is read and checked before anything is bound. Named adapters
-  // start at scale 0 (chosen per request by `model` or `lora`) unless --lora-scaled gives one.
+  // Every adapter argument and file is read and checked before anything is bound. One starting
+  // scale for every --lora adapter of a server, whatever its form: where adapters go by name (any
+  // NAME=DIR, runtime loading, --lora-dir: requests pick them with `model`) 0, so a request gets
+  // only the adapters it names and a budget can evict the idle ones; where they do not (llama-server's
+  // --lora FILE) 1, as llama-server applies them. --lora-scaled gives its own; under --lora-fuse there
+  // is no per-request choice: every adapter is baked in at its scale.
+  const auto lora_items = split_adapter_list(a.loras, "--lora"), scaled_items = split_adapter_list(a.loras_scaled, "--lora-scaled");
+  bool by_name = a.server.allow_runtime_lora || !a.server.lora_dir.empty();
+  for (const auto& item : lora_items) by_name = by_name || !named(item).first.empty();
+  for (const auto& item : scaled_items) by_name = by_name || !named(item).first.empty();
   std::vector<AdapterArg> args;
-  for (const auto& item : split_adapter_list(a.loras, "--lora")) {
+  for (const auto& item : lora_items) {
     auto [name, path] = named(item);
-    // Under --lora-fuse there is no per-request choice: every adapter is baked in at its scale.
-    args.push_back({path, name.empty() || a.server.fuse ? 1.0f : 0.0f});
+    args.push_back({path, !by_name || a.server.fuse ? 1.0f : 0.0f});
     o.adapter_names.push_back(name);
   }
-  for (const auto& item : split_adapter_list(a.loras_scaled, "--lora-scaled")) {
+  for (const auto& item : scaled_items) {
     auto [name, rest] = named(item);
     args.push_back(parse_scaled_adapter_arg(rest));
     o.adapter_names.push_back(name);
@@ -94,8 +101,10 @@ Runner add_serve_command(CLI::App& app) {
                "Serve the web page at / (chat, adapter sliders, base vs adapted; default on)");
   app.add_option("--lora,--adapter", a->loras,
                  "Adapter(s) served with live scales (ids in command-line order): DIR[,DIR...] (PEFT, mlx-lm, "
-                 "kohya/ComfyUI, LyCORIS, GGUF), default scale 1, named by the last path component; or "
-                 "NAME=DIR: default scale 0, chosen per request with \"model\": \"NAME\"");
+                 "kohya/ComfyUI, LyCORIS, GGUF) named by the last path component, or NAME=DIR, chosen per request "
+                 "with \"model\": \"NAME\". Default scale, the same for every --lora: 1 (llama-server's form), or 0 "
+                 "where adapters go by name (any NAME=DIR, --allow-runtime-lora, --lora-dir: a request gets what "
+                 "it names)");
   app.add_option("--lora-scaled", a->loras_scaled,
                  "Adapter(s) with a default scale: [NAME=]DIR:SCALE[,[NAME=]DIR:SCALE...]");
   app.add_flag("--allow-runtime-lora", s.allow_runtime_lora,
