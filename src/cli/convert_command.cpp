@@ -6,6 +6,7 @@
 #include "cli/adapter_args.h"
 #include "cli/base_checkpoint.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "graft/core/error.h"
 #include "graft/io/gguf_writer.h"
 #include "graft/model/gguf_adapters.h"
@@ -30,7 +31,10 @@ int run_convert(const ConvertArgs& a) {
     fail_as(ErrorKind::kBadRequest, "--base '", a.base, "' is a ", base.kind,
             " without a Llama-family config.json; GGUF LoRA files name llama.cpp's tensors of a supported family");
   const model::GgufLoraFile f = model::gguf_lora_for_model(*base.config, *base.source, uses[0], dtype);
-  io::write_gguf(a.out, f.metadata, f.tensors);
+  {
+    ProgressBar bar("writing " + a.out);  // (cleared before the summary line below)
+    io::write_gguf(a.out, f.metadata, f.tensors, [&](int64_t d, int64_t t) { bar.update(d, t); });
+  }
   std::fprintf(stderr, "wrote %s: %zu tensors (%zu LoRA pairs)%s\n", a.out.c_str(), f.tensors.size(),
                f.tensors.size() / 2,
                f.scales_folded ? "; scales differ per pair, so each is folded into its lora_b (adapter.lora.alpha 0)"

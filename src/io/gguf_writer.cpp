@@ -106,7 +106,7 @@ namespace {
 
 template <typename Value>
 void write_file(const std::string& path, const std::vector<std::pair<std::string, Value>>& metadata,
-                const std::vector<GgufWriteTensor>& tensors) {
+                const std::vector<GgufWriteTensor>& tensors, const WriteProgress& progress) {
   Sink h;
   h.b.append("GGUF");
   h.put<uint32_t>(3);
@@ -134,10 +134,12 @@ void write_file(const std::string& path, const std::vector<std::pair<std::string
     if (!out) fail_as(ErrorKind::kIo, "'", tmp, "': cannot be created");
     out.write(h.b.data(), static_cast<std::streamsize>(h.b.size()));
     static const char zeros[kAlignment] = {};
+    int64_t done = 0;
     for (const auto& t : tensors) {
       const auto n = static_cast<uint64_t>(t.tensor.nbytes());
       out.write(static_cast<const char*>(t.tensor.data), static_cast<std::streamsize>(n));
       out.write(zeros, static_cast<std::streamsize>((kAlignment - n % kAlignment) % kAlignment));
+      if (progress) progress(done += static_cast<int64_t>(n), static_cast<int64_t>(offset));
     }
     out.flush();
     if (!out) {
@@ -157,13 +159,13 @@ void write_file(const std::string& path, const std::vector<std::pair<std::string
 }  // namespace
 
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufWriteValue>>& metadata,
-                const std::vector<GgufWriteTensor>& tensors) {
-  write_file(path, metadata, tensors);
+                const std::vector<GgufWriteTensor>& tensors, const WriteProgress& progress) {
+  write_file(path, metadata, tensors, progress);
 }
 
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
-                const std::vector<GgufWriteTensor>& tensors) {
-  write_file(path, metadata, tensors);
+                const std::vector<GgufWriteTensor>& tensors, const WriteProgress& progress) {
+  write_file(path, metadata, tensors, progress);
 }
 
 }  // namespace graft::io

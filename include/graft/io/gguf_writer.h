@@ -4,6 +4,7 @@
 // rewrite a model file with other tensor types (metadata copied as GgufFile read it).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -21,13 +22,16 @@ struct GgufWriteTensor {
   Tensor tensor;  // row-major, outermost first (written as GGUF ne[] reversed)
 };
 
+// Bytes of tensor data written so far and in all, after each tensor (a progress bar's input).
+using WriteProgress = std::function<void(int64_t done, int64_t total)>;
+
 // Writes `path` atomically (a temporary file beside it, renamed into place; removed on failure).
 // Metadata keys are written in the given order; tensors in the given order.
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufWriteValue>>& metadata,
-                const std::vector<GgufWriteTensor>& tensors);
+                const std::vector<GgufWriteTensor>& tensors, const WriteProgress& progress = {});
 // The same with metadata of any GGUF value type (GgufFile::metadata()'s values: each is written with
 // its stored type, arrays with their element type).
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
-                const std::vector<GgufWriteTensor>& tensors);
+                const std::vector<GgufWriteTensor>& tensors, const WriteProgress& progress = {});
 
 }  // namespace graft::io
