@@ -214,6 +214,26 @@ std::string adapter_summary(const State& st, const ServerOptions& o) {
   return how;
 }
 
+// The startup adapters with their default scales and what a request gets by default, one line (at
+// most 8 listed): where the default scales come from is the first thing a person serving adapters
+// needs to see (docs/SERVER.md, `--lora`).
+void print_adapters(const State& st) {
+  const auto& reg = st.engine->adapters();
+  if (reg.fused() || reg.size() == 0) return;
+  const auto list = reg.list();
+  std::string names;
+  for (size_t i = 0; i < list.size() && i < 8; ++i) {
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%g", static_cast<double>(list[i].scale));
+    names += (i ? ", " : "") + list[i].name + " (id " + std::to_string(list[i].id) + ", scale " + scale + ")";
+  }
+  if (list.size() > 8) names += ", ... " + std::to_string(list.size() - 8) + " more";
+  const char* rule = st.routes_by_name
+                         ? "a request gets the adapters it names (\"model\") or lists (\"lora\")"
+                         : "a request without \"lora\" gets these scales";
+  std::fprintf(stderr, "graft serve: adapters: %s; %s\n", names.c_str(), rule);
+}
+
 // Loads the model, its adapters and the scheduler into `st` (on the loader thread, while the server
 // answers 503), prints the ready line, then marks the server ready.
 void load(State& st, const ServerOptions& o, const engine::EngineOptions& eo) {
@@ -230,6 +250,7 @@ void load(State& st, const ServerOptions& o, const engine::EngineOptions& eo) {
                                                                            .queue_size = o.queue_size,
                                                                            .cache_type = o.cache_type});
   if (o.embeddings) st.pooling = o.pooling ? *o.pooling : engine::default_pooling(m.config);
+  print_adapters(st);
   std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s) | activations: %s | %s\n",
                o.parallel, static_cast<long long>(st.slot_ctx), std::string(runtime::kv_cache_type_name(o.cache_type)).c_str(),
                st.engine->adapters().size(), adapter_summary(st, o).c_str(), st.activations.c_str(),

@@ -300,6 +300,12 @@ def test_startup_adapter_forms(single_slot):
     defaults = [{"id": ids[n], "scale": a["scale"]} for n, a in ads.items() if a["scale"]]
     assert len(defaults) == 1
     assert toks(single_slot, n=8) == toks(single_slot, n=8, lora=defaults)
+    # The startup line says it: each adapter's default scale, and what a request gets.
+    line = next(l for l in single_slot.output().splitlines() if l.startswith("graft serve: adapters: "))
+    listed = ", ".join(f"{n} (id {a['id']}, scale {a['scale']:g})" for n, a in sorted(ads.items(), key=lambda x: x[1]["id"]))
+    assert line.startswith("graft serve: adapters: " + listed + ";"), line
+    assert "c (id 4, scale 0.5)" in line, line
+    assert line.endswith('a request gets the adapters it names ("model") or lists ("lora")'), line
     assert toks(single_slot, n=8, model="c") == toks(single_slot, n=8, lora=[{"id": ids["c"], "scale": 1}])
     assert toks(single_slot, n=8, model=second[0]) == toks(single_slot, n=8, lora=[{"id": ids[second[0]], "scale": 1}])
     assert toks(single_slot, n=8, model="c") != toks(single_slot, n=8, model="b")

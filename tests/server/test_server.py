@@ -75,6 +75,10 @@ def test_health_reports_loading_then_ok(server):
     assert server.saw_loading, "GET /health never answered 503 unavailable_error while loading"
     r = requests.get(server.url + "/health")
     assert r.status_code == 200 and r.json() == {"status": "ok"}
+    # llama-server's unnamed --lora FILEs: applied to every request at scale 1, and the log says so.
+    line = next(l for l in server.output().splitlines() if l.startswith("graft serve: adapters: "))
+    assert line == ('graft serve: adapters: pirate-peft (id 0, scale 1), pirate-mlx (id 1, scale 1); '
+                    'a request without "lora" gets these scales'), line
 
 
 def test_completion_response_fields(server):
