@@ -38,18 +38,18 @@ int run_serve(ServeArgs& a) {
   // only the adapters it names and a budget can evict the idle ones; where they do not (llama-server's
   // --lora FILE) 1, as llama-server applies them. --lora-scaled gives its own; under --lora-fuse there
   // is no per-request choice: every adapter is baked in at its scale.
-  const auto lora_items = split_adapter_list(a.loras, "--lora"), scaled_items = split_adapter_list(a.loras_scaled, "--lora-scaled");
+  std::vector<std::pair<std::string, std::string>> loras, scaled;  // (name or "", the rest)
+  for (const auto& item : split_adapter_list(a.loras, "--lora")) loras.push_back(named(item));
+  for (const auto& item : split_adapter_list(a.loras_scaled, "--lora-scaled")) scaled.push_back(named(item));
   bool by_name = a.server.allow_runtime_lora || !a.server.lora_dir.empty();
-  for (const auto& item : lora_items) by_name = by_name || !named(item).first.empty();
-  for (const auto& item : scaled_items) by_name = by_name || !named(item).first.empty();
+  for (const auto* list : {&loras, &scaled})
+    for (const auto& [name, rest] : *list) by_name = by_name || !name.empty();
   std::vector<AdapterArg> args;
-  for (const auto& item : lora_items) {
-    auto [name, path] = named(item);
+  for (const auto& [name, path] : loras) {
     args.push_back({path, !by_name || a.server.fuse ? 1.0f : 0.0f});
     o.adapter_names.push_back(name);
   }
-  for (const auto& item : scaled_items) {
-    auto [name, rest] = named(item);
+  for (const auto& [name, rest] : scaled) {
     args.push_back(parse_scaled_adapter_arg(rest));
     o.adapter_names.push_back(name);
   }

@@ -3,6 +3,7 @@
 // signed bytes, adjacent pairs added with i16 saturation) widened by _mm256_madd_epi16 with ones.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "compute/interleaved_blocks.h"

@@ -6,6 +6,7 @@
 // Four products are at most 4·255·127 = 129540 and a block's 32 at most 1036320: exact in i32.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "compute/interleaved_blocks.h"

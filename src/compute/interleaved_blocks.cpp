@@ -247,7 +247,8 @@ void interleaved_group_scalar(const InterleavedBlocks& b, const Q8Activations& a
           for (int p = 0; p < 2; ++p) acc = std::fma(static_cast<float>(part[p]), dw[p] * act.d4[4 * (h0 + p)], acc);
         } else {  // one: the halves' sums on the block scale's grid (exact), one step
           const int32_t sum = part[0] * (1 << act.e16[h0]) + part[1] * (1 << act.e16[h0 + 1]);
-          acc = std::fma(static_cast<float>(sum), dw[0] * act.d32[(i * k + blk * kBlock) / kBlock], acc);
+          const float block_scale = std::min(act.d4[4 * h0], act.d4[4 * (h0 + 1)]);  // the smaller d_x
+          acc = std::fma(static_cast<float>(sum), dw[0] * block_scale, acc);
         }
         if (mins) acc = std::fma(mw, act.s16[h0] + act.s16[h0 + 1], acc);
       }

@@ -159,8 +159,8 @@ void fill_rows(const InterleavedBlocks& b, ThreadPool* pool, Row&& row) {
 namespace detail {
 
 // Activation rows as the block model reads them: act.q (signed codes), act.d4 (d_x, four times per
-// 16 columns), act.e16, act.sum16 and act.s16 (shift, Σ q_x and d_x·Σ q_x per 16 columns), act.d32
-// (the block scale), which quantize_activations fills; the AVX512-VNNI kernel
+// 16 columns), act.e16, act.sum16 and act.s16 (shift, Σ q_x and d_x·Σ q_x per 16 columns), which
+// quantize_activations fills (the block scale is the smaller d_x of its halves); the AVX512-VNNI kernel
 // reads the same values packed by act.pack_blocks8 (call it first), the others read them as they are.
 //
 // Output columns [j0, j1) of rows 0 .. act.m − 1: y[i·ldy + j] (= or +=), by the group kernel of

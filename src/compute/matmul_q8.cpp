@@ -137,7 +137,16 @@ constexpr int64_t kSplitWork = 32 * 1024;
 }  // namespace
 
 namespace {
-// (activation_scales, inlined into quantize_block: it runs once per block of every activation row)
+// The scales of a block of 32 from the max|x| of its two halves: the larger half's d = amax / 127,
+// the other's that divided by 2^shift (one of the shifts is 0), and the factor id each half's
+// codes are rounded with, q = round(x·id): 127 / amax, and for the other half 127 / (amax / 2^shift).
+inline constexpr int kMaxScaleShift = 11;  // 2^11 · 16·127·255 < 2^31: the shifted block sums fit int32
+struct ActivationScales {
+  float d[2] = {0.0f, 0.0f}, id[2] = {0.0f, 0.0f};
+  int shift[2] = {0, 0};
+};
+
+// (inlined into quantize_block: it runs once per block of every activation row)
 inline __attribute__((always_inline)) ActivationScales scales_of(float amax0, float amax1) {
   const bool first = amax0 >= amax1;
   const float big = first ? amax0 : amax1, small = first ? amax1 : amax0;
@@ -177,15 +186,13 @@ inline __attribute__((always_inline)) ActivationScales scales_of(float amax0, fl
 }
 }  // namespace
 
-ActivationScales activation_scales(float amax0, float amax1) { return scales_of(amax0, amax1); }
-
 namespace {
 
-// One block of 32 as two groups of 16 with the scales of activation_scales: per group q =
+// One block of 32 as two groups of 16 with the scales of scales_of: per group q =
 // clamp(round(x·id), ±127) with id = 127 / the max|x| its scale stands for (the scalar rule, in AVX2: the product and the
 // rounding are the same IEEE operations), d4 its scale four times, s16 = d·Σ q, sum16 = Σ q (exact
-// integer sums) and e16 its shift; d32 the block scale d_x (the smaller of the two).
-void quantize_block(const float* xb, int8_t* q, float* d4, float* s16, int32_t* sum16, int32_t* e16, float* d32) {
+// integer sums) and e16 its shift.
+void quantize_block(const float* xb, int8_t* q, float* d4, float* s16, int32_t* sum16, int32_t* e16) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4];
   for (int t = 0; t < 4; ++t) v[t] = _mm256_loadu_ps(xb + 8 * t);
@@ -216,7 +223,6 @@ void quantize_block(const float* xb, int8_t* q, float* d4, float* s16, int32_t* 
   sum16[0] = _mm256_cvtsi256_si32(sv);
   sum16[1] = _mm256_extract_epi32(sv, 4);
   for (int g = 0; g < 2; ++g) s16[g] = sc.d[g] * static_cast<float>(sum16[g]);
-  *d32 = std::min(sc.d[0], sc.d[1]);
   // Values within ±127: the saturating packs are exact; the permute undoes their lane interleave.
   const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
@@ -232,12 +238,11 @@ void quantize_activations(const float* x, int64_t m, int64_t k, Q8Activations& a
   a.s16.resize(static_cast<size_t>(m * k / 16));
   a.sum16.resize(static_cast<size_t>(m * k / 16));
   a.e16.resize(static_cast<size_t>(m * k / 16));
-  a.d32.resize(static_cast<size_t>(m * k / 32));
   auto rows = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t c0 = 0; c0 < k; c0 += 32)
         quantize_block(x + i * k + c0, &a.q[i * k + c0], &a.d4[(i * k + c0) / 4], &a.s16[(i * k + c0) / 16],
-                       &a.sum16[(i * k + c0) / 16], &a.e16[(i * k + c0) / 16], &a.d32[(i * k + c0) / 32]);
+                       &a.sum16[(i * k + c0) / 16], &a.e16[(i * k + c0) / 16]);
   };
   if (pool && m * k >= kSplitWork)
     pool->parallel_for(m, rows);
@@ -312,7 +317,7 @@ void Q8Activations::pack_blocks8(ThreadPool* pool) {
             xe[2 * at + h] = e16[2 * (i * nb + b) + h];
             xo[2 * at + h] = -32 * sum16[2 * (i * nb + b) + h];
           }
-          xdb[at] = d32[i * nb + b];
+          xdb[at] = std::min(xd[2 * at], xd[2 * at + 1]);
           xm[at] = s16[2 * (i * nb + b)] + s16[2 * (i * nb + b) + 1];
         }
     }

@@ -2,7 +2,7 @@
 // dot products. Each activation row is quantized once, to int8 with an F32 scale per 16 columns,
 // d = max|x| / 127, q = round(x / d), except that in each block of 32 the smaller of the two scales is
 // the larger one divided by a power of two, 2^e (e <= 11: the largest that keeps the group's
-// max|x| / d within 127): activation_scales. llama.cpp's scheme is one scale per 32 columns. Where one
+// max|x| / d within 127; matmul_q8.cpp's scales_of). llama.cpp's scheme is one scale per 32 columns. Where one
 // large activation sets a block's scale, the other 16 columns keep (nearly) their own resolution:
 // the mean KL divergence against unrounded activations is 0.60× that of a scale per 32 (exact scales
 // per 16: 0.54×, at 7-12 % more prefill time; issue 36, docs/PERFORMANCE.md "Accuracy"). The power of two is what keeps the
@@ -36,16 +36,6 @@ bool q8_kernel_supported(Q8Kernel k);
 // (and supported).
 Q8Kernel best_q8_kernel();
 
-// The scales of a block of 32 from the max|x| of its two halves: the larger half's d = amax / 127,
-// the other's that divided by 2^shift (one of the shifts is 0), and the factor id each half's
-// codes are rounded with, q = round(x·id): 127 / amax, and for the other half 127 / (amax / 2^shift).
-inline constexpr int kMaxScaleShift = 11;  // 2^11 · 16·127·255 < 2^31: the shifted block sums fit int32
-struct ActivationScales {
-  float d[2] = {0.0f, 0.0f}, id[2] = {0.0f, 0.0f};
-  int shift[2] = {0, 0};
-};
-ActivationScales activation_scales(float amax0, float amax1);
-
 // m activation rows of k columns (k a multiple of 32) quantized to int8, a scale per 16 columns.
 struct Q8Activations {
   int64_t m = 0, k = 0;
@@ -53,8 +43,8 @@ struct Q8Activations {
   std::vector<float> d4;     // [m, k / 4]: the group's scale d_x, once per four columns
   std::vector<float> s16;    // [m, k / 16]: d_x · Σ q_x over each 16 columns (the min term's input)
   std::vector<int32_t> sum16;  // [m, k / 16]: Σ q_x over each 16 columns (the interleaved codes' offsets)
-  std::vector<int32_t> e16;  // [m, k / 16]: each group's shift e (its d_x = the block's d32 · 2^e)
-  std::vector<float> d32;    // [m, k / 32]: the block scale, the smaller of its groups' d_x
+  std::vector<int32_t> e16;  // [m, k / 16]: each group's shift e (its d_x = the block scale · 2^e, the
+                             // block scale being the smaller of its two groups' d_x)
   // The AVX-512 fused kernels' layout (pack_rows8): rows in groups of eight (the last group may
   // hold fewer, R), chunk-major inside a group, one 128-byte record per 64-column chunk and row at
   // x8_records()[(g·8·chunks + c·R + r)·128]: the 64 codes as unsigned bytes q_x + 128 (so that
@@ -71,7 +61,7 @@ struct Q8Activations {
   // two halves (columns 0..15, 16..31) at xd / xe / xo[2·(i0·nb + b·R + r) + half], so that a kernel
   // reaches eight rows' data at constant offsets from one pointer (xo holds −32·Σ q_x: the start of a
   // Q6_K sum, whose codes are q + 32, and by an exact shift that of the others); at [i0·nb + b·R + r] the block
-  // scale xdb (d32) and xm = s16 of the two halves added (the min step's factor, rounded as the
+  // scale xdb (the smaller d_x) and xm = s16 of the two halves added (the min step's factor, rounded as the
   // block model rounds it: one broadcast load a block).
   std::vector<int8_t> xb;
   std::vector<float> xd;

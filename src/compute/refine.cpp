@@ -19,7 +19,7 @@ namespace {
 // Row j of w as F32 (GGUF blocks or mlx affine codes).
 void dequantize_row(const Weight& w, int64_t j, float* out) {
   if (w.quantized()) return dequantize_affine_row(w.quant, j, out);
-  const int64_t row_bytes = w.cols / dtype_block_elems(w.dense.dtype) * dtype_block_bytes(w.dense.dtype);
+  const int64_t row_bytes = dtype_bytes(w.dense.dtype, w.cols);
   dequantize_gguf_blocks(w.dense.dtype, static_cast<const uint8_t*>(w.dense.data) + j * row_bytes, out, w.cols);
 }
 

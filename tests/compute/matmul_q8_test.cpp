@@ -132,7 +132,9 @@ TEST(MatmulQ8, ActivationQuantizationFollowsTheScalarRule) {
         ASSERT_EQ(a.sum16[g], sum);
         ASSERT_EQ(a.e16[g], sc.e[h]) << "row " << i << " column " << c0 + 16 * h;
       }
-      ASSERT_EQ(a.d32[(i * k + c0) / 32], std::min(sc.d[0], sc.d[1]));
+      // the block scale (the smaller d_x) times 2^e is each half's d_x, exactly
+      const float block = std::min(a.d4[(i * k + c0) / 4], a.d4[(i * k + c0) / 4 + 4]);
+      for (int h = 0; h < 2; ++h) ASSERT_EQ(std::ldexp(block, a.e16[(i * k + c0) / 16 + h]), a.d4[(i * k + c0) / 4 + 4 * h]);
     }
   // The large value's group has its scale; the block's other half a power of two below, near its own.
   ASSERT_EQ(a.d4[(k + 80) / 4], 50.0f / 127.0f);
