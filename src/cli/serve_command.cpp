@@ -82,8 +82,11 @@ Runner add_serve_command(CLI::App& app) {
   app.add_option("--queue-size", s.queue_size, "Requests that may wait beyond the slots (more get 503)")
       ->capture_default_str();
   app.add_option("--threads-http", s.http_threads,
-                 "HTTP worker threads, one per open connection (0: 2 x (parallel + queue-size) + 1032, so idle "
-                 "keep-alive connections do not starve requests)")
+                 "HTTP worker threads, each answering one request at a time; connections between requests wait "
+                 "without one (0: parallel + queue-size + 16)")
+      ->capture_default_str();
+  app.add_option("--timeout-keep-alive", s.keep_alive_s,
+                 "Seconds an idle keep-alive connection is kept open (an idle connection costs no thread)")
       ->capture_default_str();
   app.add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' (or X-Api-Key) on every route but /health");
   app.add_option("--alias", s.alias, "The base model's id in /v1/models, responses and `model` (default: the file's name without .gguf, or the "

@@ -5,6 +5,7 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "graft/core/error.h"
 #include "graft/text/chat_prompt.h"
 #include "server/access_log.h"
+#include "server/connections.h"
 #include "server/response.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -139,6 +141,8 @@ void check_options(const ServerOptions& o, const engine::EngineOptions& eo) {
   if (o.parallel < 1) fail_as(ErrorKind::kBadRequest, "--parallel must be >= 1, got ", o.parallel);
   if (o.port < 0 || o.port > 65535) fail_as(ErrorKind::kBadRequest, "--port must be in [0, 65535], got ", o.port);
   if (!(o.timeout_s > 0)) fail_as(ErrorKind::kBadRequest, "--timeout must be > 0 seconds");
+  if (o.keep_alive_s < 1) fail_as(ErrorKind::kBadRequest, "--timeout-keep-alive must be >= 1 second, got ", o.keep_alive_s);
+  if (o.http_threads < 0) fail_as(ErrorKind::kBadRequest, "--threads-http must be >= 0, got ", o.http_threads);
   if (o.batch_size < 1) fail_as(ErrorKind::kBadRequest, "--batch-size must be >= 1, got ", o.batch_size);
   parse_log_format(o.log_format);
   if (o.allow_runtime_lora && o.lora_root.empty())
@@ -157,25 +161,41 @@ void check_options(const ServerOptions& o, const engine::EngineOptions& eo) {
   engine::Engine::check(eo);  // bad adapters are startup errors, before anything is bound
 }
 
-// Threads, limits and timeouts of the HTTP server; then it binds (the port it got: --port 0 picks one).
-int configure_and_bind(httplib::Server& svr, const ServerOptions& o) {
-  // cpp-httplib gives each connection a worker thread until it closes. Enough workers for every
-  // slot and queued request, plus headroom so a thousand idle keep-alive connections do not starve
-  // real ones (threads waiting on a socket cost a little stack, not CPU).
-  const size_t threads = o.http_threads > 0 ? static_cast<size_t>(o.http_threads)
-                                            : static_cast<size_t>(2 * (o.parallel + static_cast<int>(o.queue_size)) + 1032);
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+// Every connection is a file descriptor, and idle ones are kept (--timeout-keep-alive): the soft
+// limit on open files (often 1,024) is raised to the hard one, as nginx and Go programs do.
+void raise_open_files_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  r.rlim_cur = std::min<rlim_t>(r.rlim_max, rlim_t{1} << 20);
+  setrlimit(RLIMIT_NOFILE, &r);  // best effort: the old limit still works
+}
+
+// HTTP workers: a connection holds one only while a request of it is answered (connections.h), so
+// enough for every slot and queued request (each waits on its worker) and a few more for the quick
+// routes (health, metrics, adapters) beside them.
+size_t http_workers(const ServerOptions& o) {
+  return o.http_threads > 0 ? static_cast<size_t>(o.http_threads)
+                            : static_cast<size_t>(o.parallel) + o.queue_size + 16;
+}
+
+// Limits and timeouts of the HTTP server; then it binds (the port it got: --port 0 picks one).
+int configure_and_bind(HttpServer& svr, const ServerOptions& o) {
   svr.set_payload_max_length(o.body_limit);
   // Without TCP_NODELAY (cpp-httplib's default is off) a keep-alive client waits for its delayed
   // ACK (~40 ms) on every response written in two segments, and streamed tokens are held back by
   // Nagle's algorithm: measured 43.7 ms per POST /lora-adapters round trip on one connection.
   svr.set_tcp_nodelay(true);
-  // Reads wait at most 10 s for a request's next bytes (less with a shorter --timeout): a client
-  // that stops in the middle of a request line (slowloris) frees its worker then, instead of after
-  // --timeout. Writes (streams to slow readers) keep the whole --timeout.
+  // A request that stops arriving for 10 s (less with a shorter --timeout) is dropped: slowloris
+  // clients wait parked, costing no worker, and are closed then. Idle keep-alive connections are kept
+  // --timeout-keep-alive seconds: 65 by default, longer than the 60 s idle timeout of common load
+  // balancers, so that the balancer, not graft, closes a pooled connection (a server closing first
+  // races the balancer's next request). Each may carry 1,000 requests (nginx's default).
+  // Writes (streams to slow readers) keep the whole --timeout.
   const time_t secs = static_cast<time_t>(o.timeout_s);
   svr.set_read_timeout(std::min<time_t>(std::max<time_t>(secs, 1), 10), 0);
   svr.set_write_timeout(secs, 0);
+  svr.set_keep_alive_timeout(o.keep_alive_s);
+  svr.set_keep_alive_max_count(1000);
   int port = o.port;
   if (port == 0) {
     port = svr.bind_to_any_port(o.host);
@@ -183,6 +203,7 @@ int configure_and_bind(httplib::Server& svr, const ServerOptions& o) {
   } else if (!svr.bind_to_port(o.host, port)) {
     fail_as(ErrorKind::kIo, "cannot listen on ", o.host, ":", port, " (in use, or not an address of this machine)");
   }
+  svr.set_listen_backlog(1024);
   return port;
 }
 
@@ -276,13 +297,14 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   st.model_name = o.alias.empty() ? model_id(eo.model) : o.alias;
   st.routes_by_name = o.allow_runtime_lora || !o.lora_dir.empty() ||
                       std::any_of(eo.adapter_names.begin(), eo.adapter_names.end(), [](const auto& n) { return !n.empty(); });
-  httplib::Server svr;
+  HttpServer svr(http_workers(o));
   add_guards(svr, st);
   add_completion_routes(svr, st);
   add_info_routes(svr, st);
   add_adapter_routes(svr, st);
   if (o.webui) add_web_routes(svr, st.routes);
   add_embedding_routes(svr, st);
+  raise_open_files_limit();
   const int port = configure_and_bind(svr, o);
   std::fprintf(stderr, "graft serve: listening on http://%s:%d (loading %s, --activations %s)\n", o.host.c_str(), port,
                eo.model.c_str(), compute::activations_name(eo.activations));

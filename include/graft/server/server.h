@@ -26,7 +26,8 @@ struct ServerOptions {
   bool metrics = false;
   bool fuse = false;             // adapters fused at load (--lora-fuse)
   DType cache_type = runtime::kDefaultKVCacheType;  // KV cache storage of every slot (--cache-type)
-  int http_threads = 0;             // HTTP worker threads (0: slots and queue, plus 1024 for idle connections)
+  int http_threads = 0;             // HTTP worker threads (0: slots and queue, plus 16)
+  int keep_alive_s = 65;            // idle keep-alive connections are closed after this (--timeout-keep-alive)
   bool allow_runtime_lora = false;  // POST /v1/load_lora_adapter, /v1/unload_lora_adapter
   std::string lora_root;            // runtime lora_path values must resolve inside it
   std::string lora_dir;             // an unknown `model` name loads <lora_dir>/<name> on first use
