@@ -179,7 +179,7 @@ int run_chat(const ChatArgs& a) {
 
 Runner add_chat_command(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
-  add_model_options(app, a->model, "Context size in tokens (0 = min(4096, the model's maximum))");
+  add_model_options(app, a->model);
   app.add_option("--system", a->system, "System message at the start of the conversation");
   add_sampling_options(app, a->sampling, a->max_tokens);
   add_adapter_options(app, a->adapters);

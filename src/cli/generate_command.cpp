@@ -99,7 +99,7 @@ int run_generate(const GenerateArgs& a) {
 
 Runner add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  add_model_options(app, a->model, "Context size in tokens (0 = min(4096, the model's maximum))");
+  add_model_options(app, a->model);
   app.add_option("-p,--prompt", a->prompt, "Prompt text");
   app.add_option("-f,--prompt-file", a->prompt_file, "Read the prompt from this file");
   app.add_flag("--chat", a->chat, "Wrap the prompt as a user message in the model's chat template");

@@ -30,7 +30,8 @@ struct ModelArgs {
 // Registers -m/--model, --dtype, --q-bits, --q-group-size, --no-mmap, --merge-policy,
 // --fuse-dense, -t/--threads, -c/--ctx-size (with the given help for --ctx-size), --cache-type,
 // --lora-dtype and --activations.
-void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help);
+void add_model_options(CLI::App& app, ModelArgs& a,
+                       const std::string& ctx_help = "Context size in tokens (0 = min(4096, the model's maximum))");
 
 // The adapter options of the commands that run one configuration (generate, perplexity): fused for
 // good at load (--adapter, --adapter-scaled) and unfused at a scale (--lora, --lora-scaled).

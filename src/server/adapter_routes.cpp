@@ -59,11 +59,8 @@ void plain(httplib::Response& res, const std::string& text) {
 
 // " (known: base, a, b)": the names `model` takes, for a 404's message (at most 8 adapters listed).
 std::string known_models(const State& st) {
-  std::string out = " (known: " + st.model_name;
-  const auto list = st.engine->adapters().list();
-  for (size_t i = 0; i < list.size() && i < 8; ++i) out += ", " + list[i].name;
-  if (list.size() > 8) out += ", ... " + std::to_string(list.size() - 8) + " more in GET /v1/models";
-  return out + ")";
+  const std::string adapters = adapter_list(st, [](const engine::AdapterInfo& a) { return a.name; }, " in GET /v1/models");
+  return " (known: " + st.model_name + (adapters.empty() ? "" : ", " + adapters) + ")";
 }
 
 std::optional<int64_t> model_adapter(State& st, const std::string& model) {

@@ -49,6 +49,16 @@ std::string Routes::allowed(const std::string& path) const {
 
 std::string truncated(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
 
+std::string adapter_list(const State& st, const std::function<std::string(const engine::AdapterInfo&)>& item,
+                         const std::string& more_tail) {
+  constexpr size_t kListed = 8;
+  const auto list = st.engine->adapters().list();
+  std::string out;
+  for (size_t i = 0; i < list.size() && i < kListed; ++i) out += (i ? ", " : "") + item(list[i]);
+  if (list.size() > kListed) out += ", ... " + std::to_string(list.size() - kListed) + " more" + more_tail;
+  return out;
+}
+
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json; charset=utf-8");
@@ -241,14 +251,11 @@ std::string adapter_summary(const State& st, const ServerOptions& o) {
 void print_adapters(const State& st) {
   const auto& reg = st.engine->adapters();
   if (reg.fused() || reg.size() == 0) return;
-  const auto list = reg.list();
-  std::string names;
-  for (size_t i = 0; i < list.size() && i < 8; ++i) {
+  const std::string names = adapter_list(st, [](const engine::AdapterInfo& a) {
     char scale[32];
-    std::snprintf(scale, sizeof scale, "%g", static_cast<double>(list[i].scale));
-    names += (i ? ", " : "") + list[i].name + " (id " + std::to_string(list[i].id) + ", scale " + scale + ")";
-  }
-  if (list.size() > 8) names += ", ... " + std::to_string(list.size() - 8) + " more";
+    std::snprintf(scale, sizeof scale, "%g", static_cast<double>(a.scale));
+    return a.name + " (id " + std::to_string(a.id) + ", scale " + scale + ")";
+  });
   const char* rule = st.routes_by_name
                          ? "a request gets the adapters it names (\"model\") or lists (\"lora\")"
                          : "a request without \"lora\" gets these scales";

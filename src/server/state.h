@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,10 @@ json parse_body(const httplib::Request& req);
 ApiError registry_error(const std::exception& e);
 // A client's value quoted in an error message, cut to n bytes ("..." after).
 std::string truncated(const std::string& s, size_t n = 200);
+// The registered adapters in a one-line message: the first 8 as `item` writes each, separated by
+// ", ", then ", ... N more<more_tail>" (the startup line, a 404's known names).
+std::string adapter_list(const State& st, const std::function<std::string(const engine::AdapterInfo&)>& item,
+                         const std::string& more_tail = "");
 
 // POST /completion(s), /v1/completions, /v1/chat/completions (completion_route.cpp).
 void add_completion_routes(httplib::Server& svr, State& st);
