@@ -12,9 +12,9 @@ MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev \
                 libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev zlib1g-dev libssl-dev \
-                python3 python3-pip python3-venv
+                python3 python3-pip python3-venv python3-dev pybind11-dev
 
-.PHONY: all deps browser-deps build asan models pyenv demo test test-all test-fast bench clean fuzz
+.PHONY: all deps browser-deps build asan models pyenv demo test test-all test-fast test-wheel bench clean fuzz
 
 all: build
 
@@ -46,8 +46,9 @@ $(MODEL):
 # The Python packages the server's end-to-end tests drive it with (real clients), in a project-local
 # virtual environment: requests, the openai client, pytest; prometheus_client parses /metrics as a
 # router would, PyYAML reads the deploy/ manifests, jsonschema validates structured output;
-# selenium drives Chromium through the web page (tests/server/test_webui.py), Pillow decodes its screenshot.
-PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml jsonschema selenium pillow
+# selenium drives Chromium through the web page (tests/server/test_webui.py), Pillow decodes its screenshot;
+# numpy is what the Python package's logits() returns (tests/python/).
+PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml jsonschema selenium pillow numpy
 pyenv: .venv/.ready
 .venv/.ready: Makefile
 	python3 -m venv .venv
@@ -82,6 +83,12 @@ test: build asan models pyenv browser-deps
 test-all: build asan models pyenv browser-deps
 	cd $(BUILD) && $(CTEST)
 	cd $(ASAN_BUILD) && $(SANITIZER_ENV) $(CTEST)
+	$(MAKE) test-wheel
+
+# `pip install .` into a fresh virtual environment (a full compile: nightly only), then the package
+# and its graft command from there (tests/python/wheel_check.sh).
+test-wheel: deps models
+	tests/python/wheel_check.sh $(MODEL)
 
 # Release build only (quicker while developing).
 test-fast: build models pyenv browser-deps

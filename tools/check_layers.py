@@ -41,7 +41,8 @@ def layer_graph(root):
     direct = {}
     for name, deps in LAYER_LINE.findall(text):
         direct[name] = {d[len("graft_"):] for d in deps.split() if d.startswith("graft_")}
-    direct["cli"] = {"server", "engine"}  # the graft executable (add_executable(graft ...))
+    # The Python module (pybind11_add_module(_graft ...) in CMakeLists.txt) sits on the commands.
+    direct["python"] = {"cli"}
     closed = {}
 
     def close(layer, seen=()):

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "cli/commands.h"
+#include "cli/subcommands.h"
 #include "cli/model_args.h"
 #include "graft/core/error.h"
 #include "graft/engine/generate.h"

@@ -5,7 +5,7 @@
 
 #include "cli/adapter_args.h"
 #include "cli/base_checkpoint.h"
-#include "cli/commands.h"
+#include "cli/subcommands.h"
 #include "cli/progress.h"
 #include "graft/core/error.h"
 #include "graft/io/gguf_writer.h"

@@ -8,7 +8,7 @@
 
 #include "cli/adapter_args.h"
 #include "cli/base_checkpoint.h"
-#include "cli/commands.h"
+#include "cli/subcommands.h"
 #include "cli/option_checks.h"
 #include "cli/progress.h"
 #include "graft/adapter/adapted_source.h"
@@ -113,7 +113,7 @@ Runner add_fuse_command(CLI::App& app) {
   app.add_option("--adapter", a->adapters,
                  "Adapter directory or file, optionally with a strength: DIR[:SCALE] (repeatable; adapters stack)")
       ->required();
-  app.add_option("-o,--out", a->out, "Output directory for the merged checkpoint (must not exist or be empty)")->required();
+  app.add_option("-o,--out", a->out, "Output directory for the merged checkpoint (must not exist or be empty)")->required()->check(not_empty());
   app.add_option("--policy", a->policy, "Merge arithmetic: DeltaF32 | RankWiseF32 | RoundedBF16Delta")->capture_default_str();
   app.add_option("--dtype", a->dtype, "Output dtype for floating-point tensors: F32 | F16 | BF16 (default: keep each tensor's)");
   app.add_option("--max-shard-gb", a->max_shard_gb, "Shard size limit in GB (an index is written when sharded)")

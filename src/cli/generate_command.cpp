@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "cli/commands.h"
+#include "cli/subcommands.h"
 #include "cli/model_args.h"
 #include "cli/option_checks.h"
 #include "graft/core/error.h"

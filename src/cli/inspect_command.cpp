@@ -5,7 +5,8 @@
 
 #include "cli/adapter_args.h"
 #include "cli/base_checkpoint.h"
-#include "cli/commands.h"
+#include "cli/subcommands.h"
+#include "graft/cli/commands.h"
 #include "graft/adapter/describe.h"
 #include "graft/core/error.h"
 
@@ -87,27 +88,31 @@ void print_human(const nlohmann::json& d, const nlohmann::json* plan, const std:
 }
 
 int run_inspect(const InspectArgs& a) {
-  auto uses = read_adapters({parse_adapter_arg(a.adapter, false)});
-  nlohmann::json d = adapter::describe_adapter(*uses[0].adapter);
-  nlohmann::json plan_json;
-  if (!a.base.empty()) {
-    BaseCheckpoint base = open_base_checkpoint(a.base);
-    auto plan = bind_for_fuse(base, uses, /*allow_quantized=*/true);
-    plan_json = adapter::describe_plan(*plan);
-    plan_json["base"] = a.base;
-    plan_json["base_kind"] = base.kind;
-    plan_json["valid"] = true;
-  }
+  const nlohmann::json d = inspect_json(a.adapter, a.base);
   if (a.json) {
-    if (!a.base.empty()) d["binding"] = plan_json;
     std::cout << d.dump(2) << std::endl;
   } else {
-    print_human(d, a.base.empty() ? nullptr : &plan_json, a.base, a.verbose);
+    print_human(d, a.base.empty() ? nullptr : &d["binding"], a.base, a.verbose);
   }
   return 0;
 }
 
 }  // namespace
+
+nlohmann::json inspect_json(const std::string& adapter_path, const std::string& base_path) {
+  auto uses = read_adapters({parse_adapter_arg(adapter_path, false)});
+  nlohmann::json d = adapter::describe_adapter(*uses[0].adapter);
+  if (!base_path.empty()) {
+    BaseCheckpoint base = open_base_checkpoint(base_path);
+    auto plan = bind_for_fuse(base, uses, /*allow_quantized=*/true);
+    nlohmann::json binding = adapter::describe_plan(*plan);
+    binding["base"] = base_path;
+    binding["base_kind"] = base.kind;
+    binding["valid"] = true;
+    d["binding"] = std::move(binding);
+  }
+  return d;
+}
 
 Runner add_inspect_command(CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();

@@ -96,4 +96,9 @@ void suggest_options(CLI::App& app, const CLI::ParseError& e) {
 }
 
 
+CLI::Validator not_empty() {
+  return CLI::Validator([](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); },
+                        "NON-EMPTY");
+}
+
 }  // namespace graft::cli

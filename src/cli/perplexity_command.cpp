@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "cli/commands.h"
+#include "cli/subcommands.h"
 #include "cli/model_args.h"
 #include "cli/option_checks.h"
 #include "graft/core/error.h"

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "cli/adapter_args.h"
-#include "cli/commands.h"
+#include "cli/subcommands.h"
 #include "cli/option_checks.h"
 #include "cli/progress.h"
 #include "graft/core/error.h"
@@ -43,7 +43,7 @@ int run_quantize(const QuantizeArgs& a) {
 Runner add_quantize_command(CLI::App& app) {
   auto a = std::make_shared<QuantizeArgs>();
   app.add_option("-m,--model", a->model, "Dense Hugging Face model directory (config.json + safetensors)")->required();
-  app.add_option("-o,--out", a->out, "Output directory (must not exist or be empty)")->required();
+  app.add_option("-o,--out", a->out, "Output directory (must not exist or be empty)")->required()->check(not_empty());
   app.add_option("--bits", a->bits, "Bits per weight: 4 | 8")->check(one_of({4, 8}))->capture_default_str();
   app.add_option("--group-size", a->group_size, "Weights per scale/bias group: 32 | 64 | 128")
       ->check(one_of({32, 64, 128}))

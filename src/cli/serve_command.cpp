@@ -2,7 +2,7 @@
 // llama-server's spellings; the model options are generate's.
 #include <filesystem>
 
-#include "cli/commands.h"
+#include "cli/subcommands.h"
 #include "cli/model_args.h"
 #include "graft/core/error.h"
 #include "graft/server/server.h"
