@@ -47,8 +47,9 @@ $(MODEL):
 # virtual environment: requests, the openai client, pytest; prometheus_client parses /metrics as a
 # router would, PyYAML reads the deploy/ manifests, jsonschema validates structured output;
 # selenium drives Chromium through the web page (tests/server/test_webui.py), Pillow decodes its screenshot;
-# numpy is what the Python package's logits() returns (tests/python/).
-PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml jsonschema selenium pillow numpy
+# numpy is what the Python package's logits() returns (tests/python/); huggingface_hub is the real
+# client graft's Hub cache must interoperate with (tests/cli/test_hub.py).
+PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml jsonschema selenium pillow numpy huggingface_hub
 pyenv: .venv/.ready
 .venv/.ready: Makefile
 	python3 -m venv .venv

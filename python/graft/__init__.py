@@ -14,6 +14,7 @@ per CLI exit code, with the CLI's messages; a refused call changes nothing. The 
 GIL released, one forward pass at a time per model.
 """
 import json
+import os
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
 from . import _graft
@@ -118,9 +119,8 @@ class Model:
     def load_lora(self, path: str, name: Optional[str] = None, scale: float = 1.0) -> int:
         """Loads an unfused adapter (any format `graft inspect` reads) under `name` (default: the last
         part of the path) at default scale `scale`; returns its id. Nothing changes if it is refused."""
-        import os
-        name = name or os.path.basename(os.path.normpath(path))
-        return self._m.load_lora(name, path, float(scale))
+        name = name or _name_of(path)
+        return self._m.load_lora(name, _graft.resolve_adapter(str(path)), float(scale))
 
     def unload_lora(self, name: str) -> None:
         self._m.unload_lora(name)
@@ -172,21 +172,29 @@ class Model:
         return self._m.logits([int(t) for t in token_ids], self._scales(lora))
 
 
+def _name_of(path: str) -> str:
+    """An adapter's default name: the last part of its path (hf:ORG/NAME[@REV]: NAME)."""
+    if path.startswith("hf:"):
+        return path[3:].split("@")[0].split("/")[-1]
+    return os.path.basename(os.path.normpath(path))
+
+
 def load(model: str, lora: Union[None, Sequence[str], Mapping[str, str]] = None,
          adapter: Union[None, str, Sequence[str]] = None, verbose: bool = False, **options) -> Model:
-    """Loads a model (a GGUF file or a Hugging Face directory).
+    """Loads a model: a GGUF file, a Hugging Face directory, or "hf:ORG/NAME[:QUANT]" from the Hugging
+    Face Hub (kept in its cache; hf_file=, revision= as the CLI's --hf-file, --revision).
 
     lora: unfused adapters, applied with live per-call scales (default scale 1 each): a list of paths
-    (named by their last part) or {name: path}. adapter: adapters fused into the weights for good.
+    (named by their last part) or {name: path}; a path "hf:ORG/NAME" is an adapter on the Hub. adapter: adapters fused into the weights for good.
     options: `graft generate`'s model options as keywords (dtype, ctx_size, threads, cache_type,
     activations, lora_dtype, q_bits, q_group_size, merge_policy, fuse_dense, no_mmap).
     verbose: print what the run computes with (formats, kernels), as the CLI does, on stderr."""
-    args = ["-m", str(model)] + _flags(options)
-    names = []
+    args = (["--hf-repo", model[3:]] if str(model).startswith("hf:") else ["-m", str(model)]) + _flags(options)
     if isinstance(lora, Mapping):
         names, paths = [str(k) for k in lora], [str(v) for v in lora.values()]
     else:
         paths = [lora] if isinstance(lora, str) else [str(p) for p in (lora or [])]
+        names = [_name_of(p) for p in paths]
     for p in paths:
         args += ["--lora", p]
     for p in ([adapter] if isinstance(adapter, str) else list(adapter or [])):

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "cli/model_args.h"
 #include "graft/core/error.h"
 
 namespace graft::cli {
@@ -29,13 +30,13 @@ AdapterArg split_scaled(const std::string& arg, size_t colon, const char* expect
 AdapterArg parse_adapter_arg(const std::string& arg, bool allow_scale) {
   if (!allow_scale || std::filesystem::exists(arg)) return {arg, 1.0f};
   const size_t colon = arg.rfind(':');
-  if (colon == std::string::npos) return {arg, 1.0f};
+  if (colon == std::string::npos || (colon == 2 && arg.rfind("hf:", 0) == 0)) return {arg, 1.0f};
   return split_scaled(arg, colon, "PATH or PATH:SCALE");
 }
 
 AdapterArg parse_scaled_adapter_arg(const std::string& arg) {
   const size_t colon = arg.rfind(':');
-  if (colon == std::string::npos || colon == 0)
+  if (colon == std::string::npos || colon == 0 || (colon == 2 && arg.rfind("hf:", 0) == 0))
     fail_as(ErrorKind::kBadRequest, "adapter argument '", arg, "': expected PATH:SCALE (split on the last colon)");
   return split_scaled(arg, colon, "PATH:SCALE");
 }
@@ -66,8 +67,11 @@ std::optional<DType> parse_float_dtype(const std::string& value) {
 
 std::vector<adapter::AdapterUse> read_adapters(const std::vector<AdapterArg>& args) {
   std::vector<adapter::AdapterUse> uses;
-  for (const auto& a : args)
-    uses.push_back({std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(a.path)), a.scale});
+  for (const auto& a : args) {
+    // hf:ORG/NAME[@REV]: the adapter's files from the Hub, into the Hugging Face cache first.
+    const std::string path = a.path.rfind("hf:", 0) == 0 ? hub::resolve_adapter(hub_from_environment(), a.path) : a.path;
+    uses.push_back({std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(path)), a.scale});
+  }
   return uses;
 }
 

@@ -1,5 +1,6 @@
 #include "cli/app.h"
 
+#include <algorithm>
 #include <new>
 #include <stdexcept>
 #include <system_error>
@@ -46,10 +47,18 @@ int App::run_parsed() {
 
 int run_command(const std::vector<std::string>& args) { return App().run(args); }
 
+void App::parse(std::vector<std::string> args) {
+  for (auto& a : args) {
+    if (a == "-hf") a = "--hf-repo";
+    if (a == "-hff") a = "--hf-file";
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+  app_.parse(args);
+}
+
 int App::run(const std::vector<std::string>& args) {
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
   try {
-    app_.parse(reversed);
+    parse(args);
   } catch (const CLI::CallForHelp&) {
     std::printf("%s", app_.help().c_str());
     return 0;

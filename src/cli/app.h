@@ -16,6 +16,9 @@ class App {
  public:
   App();
   CLI::App& cli() { return app_; }
+  // Parses a command line (without the program name), llama.cpp's -hf and -hff spellings
+  // included (CLI11 takes single-dash names of one letter only). Throws CLI::ParseError.
+  void parse(std::vector<std::string> args);
   // Runs the subcommand parsed last; its errors propagate (graft::Error and the rest).
   int run_parsed();
   // Parses `args` (without the program name) and runs them. A usage error throws kBadRequest with

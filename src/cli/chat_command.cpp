@@ -151,7 +151,7 @@ class Chat {
   nlohmann::ordered_json history_;
 };
 
-int run_chat(const ChatArgs& a) {
+int run_chat(ChatArgs& a) {
   runtime::validate(a.sampling);
   engine::EngineOptions o = engine_options(a.model);
   apply_adapter_options(a.adapters, o);

@@ -32,7 +32,7 @@ struct GenerateArgs {
 // Regular files only (a FIFO would block), at most 64 MiB.
 std::string read_file(const std::string& path) { return io::read_regular_file(path, uint64_t{64} << 20, "prompt file"); }
 
-int run_generate(const GenerateArgs& a) {
+int run_generate(GenerateArgs& a) {
   if (a.prompt.empty() == a.prompt_file.empty())
     fail_as(ErrorKind::kBadRequest, "give exactly one of --prompt and --prompt-file");
   if (!a.system.empty() && !a.chat) fail_as(ErrorKind::kBadRequest, "--system needs --chat");

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   graft::cli::App graft_app;
   CLI::App& app = graft_app.cli();
   try {
-    app.parse(argc, argv);
+    graft_app.parse(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help/version (rc 0) or the usage error
     if (rc != 0) graft::cli::suggest_options(app, e);

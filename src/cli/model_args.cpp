@@ -35,8 +35,13 @@ CLI::Validator named_value(Parse parse, const std::string& what, const std::vect
 }  // namespace
 
 void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help) {
-  app.add_option("-m,--model", a.model, "Model: a Hugging Face directory (config.json, *.safetensors, tokenizer.json) or a .gguf file")
-      ->required();
+  app.add_option("-m,--model", a.model, "Model: a Hugging Face directory (config.json, *.safetensors, tokenizer.json) or a .gguf file");
+  app.add_option("--hf-repo", a.hf_repo,
+                 "(-hf) Model from the Hugging Face Hub instead of -m: ORG/NAME[:QUANT] (a GGUF repo: its file of that "
+                 "quantization, default Q4_K_M; a safetensors repo: the snapshot), kept in the Hugging Face cache "
+                 "(HF_HOME; HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE=1 are honoured)");
+  app.add_option("--hf-file", a.hf_file, "(-hff) With -hf: this file of the repo");
+  app.add_option("--revision", a.revision, "With -hf: a branch, tag or commit (default: main)");
   app.add_option("--dtype", a.dtype,
                  "Convert weight matrices at load: F32 | F16 | BF16 (default: as stored; GGUF block types become F32)");
   app.add_option("--merge-policy", a.merge_policy, "Fusing arithmetic: DeltaF32 | RankWiseF32 | RoundedBF16Delta")
@@ -145,11 +150,30 @@ void apply_adapter_options(const AdapterOptions& a, engine::EngineOptions& o) {
   o.adapters = read_adapters(adapter_args(a.loras, "--lora", a.loras_scaled, "--lora-scaled"));
 }
 
-engine::EngineOptions engine_options(const ModelArgs& a) {
+hub::Hub hub_from_environment() {
+  hub::Hub h = hub::Hub::from_environment();
+  auto bar = std::make_shared<std::unique_ptr<ProgressBar>>();
+  auto label = std::make_shared<std::string>();
+  h.progress = [bar, label](const std::string& what, int64_t done, int64_t total) {
+    if (what != *label) {  // a bar per file
+      *label = what;
+      *bar = std::make_unique<ProgressBar>("downloading " + what);
+    }
+    (*bar)->update(done, total);
+  };
+  return h;
+}
+
+engine::EngineOptions engine_options(ModelArgs& a) {
+  if (a.model.empty() == a.hf_repo.empty())
+    fail_as(ErrorKind::kBadRequest, "give the model with exactly one of -m PATH and -hf ORG/NAME[:QUANT]");
+  if (a.hf_repo.empty() && !(a.hf_file.empty() && a.revision.empty()))
+    fail_as(ErrorKind::kBadRequest, "--hf-file and --revision go with -hf");
+  if (a.ctx_size < 0) fail_as(ErrorKind::kBadRequest, "--ctx-size must be >= 0 (0: the default), got ", a.ctx_size);
+  if (!a.hf_repo.empty()) a.model = hub::resolve_model(hub_from_environment(), a.hf_repo, a.hf_file, a.revision);
   engine::EngineOptions o;
   o.model = a.model;
   o.threads = a.threads;
-  if (a.ctx_size < 0) fail_as(ErrorKind::kBadRequest, "--ctx-size must be >= 0 (0: the default), got ", a.ctx_size);
   auto bar = std::make_shared<ProgressBar>("loading");
   o.load.progress = [bar](int64_t d, int64_t t) { bar->update(d, t); };
   o.load.weight_dtype = parse_float_dtype(a.dtype);

@@ -8,11 +8,13 @@
 
 #include "cli/adapter_args.h"
 #include "graft/engine/engine.h"
+#include "graft/hub/hub.h"
 
 namespace graft::cli {
 
 struct ModelArgs {
   std::string model;
+  std::string hf_repo, hf_file, revision;  // -hf ORG/NAME[:QUANT], --hf-file, --revision: the model from the Hub
   std::string dtype;
   int q_bits = 0;
   int q_group_size = 64;
@@ -50,9 +52,13 @@ void add_sampling_options(CLI::App& app, runtime::SamplingParams& s, int64_t& ma
 std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, const char* plain_opt,
                                      const std::vector<std::string>& scaled, const char* scaled_opt);
 
-// Engine options from the model arguments (checked here), with a progress bar while loading.
-// The caller adds the registry's adapters and any adapters fused for good.
-engine::EngineOptions engine_options(const ModelArgs& a);
+// Engine options from the model arguments (checked here), with a progress bar while loading. A
+// model named on the Hub (-hf) is fetched into the Hugging Face cache first, and `a.model` becomes
+// its local path. The caller adds the registry's adapters and any adapters fused for good.
+engine::EngineOptions engine_options(ModelArgs& a);
+
+// The Hub as the environment configures it (graft/hub/hub.h), with a progress bar per download.
+hub::Hub hub_from_environment();
 
 // The context a command runs with: --ctx-size, or `dflt` capped at the model's maximum; a
 // --ctx-size above the maximum is a bad argument.

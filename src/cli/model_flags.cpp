@@ -32,6 +32,10 @@ engine::EngineOptions ModelFlags::engine_options() const {
 int64_t ModelFlags::context(const model::ModelConfig& config) const { return context_size(p_->model, config, 4096); }
 DType ModelFlags::cache_type() const { return cli::cache_type(p_->model); }
 const std::string& ModelFlags::model() const { return p_->model.model; }
+std::string resolve_adapter_path(const std::string& path_or_hf) {
+  return hub::resolve_adapter(hub_from_environment(), path_or_hf);
+}
+
 void ModelFlags::report(engine::Engine& e, const engine::EngineOptions& o) const { report_run(e, o); }
 
 }  // namespace graft::cli

@@ -120,7 +120,7 @@ int64_t chunk_size(const PerplexityArgs& a, const engine::Engine& e, const io::L
   return context_size(a.model, e.model().config, 512);
 }
 
-int run_perplexity(const PerplexityArgs& a) {
+int run_perplexity(PerplexityArgs& a) {
   if (a.kl_divergence == !a.text_file.empty())
     fail_as(ErrorKind::kBadRequest,
             a.kl_divergence ? "--kl-divergence scores the tokens saved in the base file; drop -f/--file"

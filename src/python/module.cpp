@@ -129,6 +129,7 @@ PYBIND11_MODULE(_graft, m) {
   m.def(
       "run_command", &cli::run_command,
       py::call_guard<py::gil_scoped_release>());
+  m.def("resolve_adapter", &cli::resolve_adapter_path, py::call_guard<py::gil_scoped_release>());
   m.def(
       "inspect_json",
       [](const std::string& adapter, const std::string& base) { return cli::inspect_json(adapter, base).dump(); },

@@ -30,12 +30,17 @@ int run_command(const std::vector<std::string>& args);
 // base its binding under "binding" (what it changes). Throws what inspect reports.
 nlohmann::json inspect_json(const std::string& adapter_path, const std::string& base_path = "");
 
-// `graft generate`'s model and adapter options (-m, --dtype, --ctx-size, --lora, --adapter, ...),
+// An adapter argument's local path: hf:ORG/NAME[@REV] fetched from the Hugging Face Hub into its
+// cache (graft/hub/hub.h, configured by the environment), anything else unchanged.
+std::string resolve_adapter_path(const std::string& path_or_hf);
+
+// `graft generate`'s model and adapter options (-m or --hf-repo, --dtype, --ctx-size, --lora, --adapter, ...),
 // parsed from its flags by its own option table. A bad flag or value throws kBadRequest.
 class ModelFlags {
  public:
   explicit ModelFlags(const std::vector<std::string>& args);
-  // The engine options (every adapter named is read and checked here, before the model).
+  // The engine options (every adapter named is read and checked here, before the model; a model
+  // or adapter named on the Hub is fetched into the Hugging Face cache first).
   engine::EngineOptions engine_options() const;
   // The context a generation gets: --ctx-size, or min(4096, the model's maximum).
   int64_t context(const model::ModelConfig& config) const;
@@ -46,7 +51,7 @@ class ModelFlags {
 
  private:
   struct Parsed;
-  std::shared_ptr<const Parsed> p_;
+  std::shared_ptr<Parsed> p_;  // engine_options() writes a Hub model's local path into it
 };
 
 }  // namespace graft::cli
