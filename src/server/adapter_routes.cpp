@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "graft/core/error.h"
+#include "graft/hub/hub.h"
 #include "server/state.h"
 
 namespace graft::server {
@@ -34,6 +35,21 @@ std::string confined(const std::string& root, const std::string& given, const st
     throw HttpError(403, "permission_error",
                     what + " '" + given + "' resolves to '" + real.string() + "', outside " + real_root.string());
   return real.string();
+}
+
+// lora_path "hf:ORG/NAME[@REV]": the adapter fetched from the Hugging Face Hub into its cache, allowed
+// only where that cache is inside --lora-root (checked before anything is fetched); other paths as given.
+std::string hub_adapter(const State& st, const std::string& given) {
+  if (given.rfind("hf:", 0) != 0) return given;
+  const hub::Hub h = hub::Hub::from_environment();
+  std::error_code ec;
+  fs::create_directories(h.cache, ec);
+  const fs::path cache = fs::weakly_canonical(h.cache, ec), root = fs::weakly_canonical(st.opts.lora_root, ec);
+  if (std::mismatch(root.begin(), root.end(), cache.begin(), cache.end()).first != root.end())
+    throw HttpError(403, "permission_error",
+                    "lora_path '" + given + "': adapters from the Hub need the Hugging Face cache (" + cache.string() +
+                        ", HF_HUB_CACHE) inside --lora-root " + root.string());
+  return hub::resolve_adapter(h, given);
 }
 
 // A refused load is the request's fault whatever the kind (a bad, unsupported or unreadable
@@ -118,7 +134,7 @@ void add_adapter_routes(httplib::Server& svr, State& st) {
       }
       if (name == st.model_name)
         fail_as(ErrorKind::kBadRequest, "lora_name '", name, "' is the base model's name");
-      const std::string path = confined(st.opts.lora_root, given, "lora_path");
+      const std::string path = confined(st.opts.lora_root, hub_adapter(st, given), "lora_path");
       const int64_t id = st.engine->adapters().add(name, path, 0.0f, inplace);
       std::fprintf(stderr, "graft serve: loaded adapter '%s' from %s (id %lld)\n", name.c_str(), path.c_str(),
                    static_cast<long long>(id));

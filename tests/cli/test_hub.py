@@ -143,3 +143,62 @@ def test_bad_names_are_bad_arguments(hub):
         assert r.returncode == 2 and "repo id" in r.stderr, (spec, r.stderr)
     r = generate(hub, "-m", MODEL, "-hf", "graft-test/smol-gguf")
     assert r.returncode == 2, r.stderr
+
+
+def serve(hub, *args, env=None):
+    """graft serve on a free port until /health answers 200; returns (process, base URL)."""
+    import socket
+    import time
+    import requests
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([GRAFT, "serve", *args, "--port", str(port), "-t", "2", "--log-format", "none"],
+                         env={**hub.env, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        assert p.poll() is None, p.stderr.read()
+        try:
+            if requests.get(url + "/health", timeout=2).status_code == 200:
+                return p, url
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.1)
+    p.kill()
+    raise AssertionError("graft serve did not become ready")
+
+
+def stop(p):
+    p.terminate()
+    assert p.wait(timeout=60) == 0
+
+
+def test_serve_by_name_and_runtime_adapters_from_the_hub(hub, tmp_path):
+    import requests
+    root = str(tmp_path / "hf")  # --lora-root holds the Hugging Face cache: runtime hf: paths allowed
+    p, url = serve(hub, "-hf", "graft-test/smol-gguf:Q4_1", "--allow-runtime-lora", "--lora-root", root)
+    try:
+        assert [m["id"] for m in requests.get(url + "/v1/models").json()["data"]] == ["graft-test/smol-gguf"]
+        r = requests.post(url + "/v1/load_lora_adapter", json={"lora_name": "pirate", "lora_path": "hf:graft-test/pirate"})
+        assert r.status_code == 200, r.text
+        r = requests.post(url + "/v1/completions", json={"model": "pirate", "prompt": "Ahoy", "max_tokens": 4})
+        assert r.status_code == 200, r.text
+    finally:
+        stop(p)
+    # Elsewhere the cache is outside --lora-root: refused before anything is fetched.
+    other = tmp_path / "adapters"
+    other.mkdir()
+    p, url = serve(hub, "-hf", "graft-test/smol-gguf:Q4_1", "--allow-runtime-lora", "--lora-root", str(other))
+    try:
+        r = requests.post(url + "/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "hf:graft-test/tiny"})
+        assert r.status_code == 403 and "--lora-root" in r.text, r.text
+        assert not os.path.exists(os.path.join(hub.cache, "models--graft-test--tiny"))
+    finally:
+        stop(p)
+    # Downloaded once: the second start works with the Hub gone.
+    fetched = len([x for x in hub.log if x[1].startswith("/cdn/")])
+    hub.close()
+    p, url = serve(hub, "-hf", "graft-test/smol-gguf:Q4_1", env={"HF_HUB_OFFLINE": "1"})
+    stop(p)
+    assert len([x for x in hub.log if x[1].startswith("/cdn/")]) == fetched
