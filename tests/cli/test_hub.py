@@ -202,3 +202,18 @@ def test_serve_by_name_and_runtime_adapters_from_the_hub(hub, tmp_path):
     p, url = serve(hub, "-hf", "graft-test/smol-gguf:Q4_1", env={"HF_HUB_OFFLINE": "1"})
     stop(p)
     assert len([x for x in hub.log if x[1].startswith("/cdn/")]) == fetched
+
+
+def test_python_package_loads_by_name(hub):
+    # The module the Release build makes (none under the sanitizers, where this is skipped).
+    module_dir = os.path.join(os.path.dirname(GRAFT), "python")
+    if not os.path.isdir(os.path.join(module_dir, "graft")):
+        pytest.skip("no Python module in this build (sanitizer builds make none)")
+    import sys
+    code = ("import graft; m = graft.load('hf:graft-test/smol-gguf:Q4_1', lora=['hf:graft-test/pirate'], threads=2); "
+            "print(m.loras[0]['name']); print(m.generate('Ahoy', max_tokens=3, temperature=0).tokens)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**hub.env, "PYTHONPATH": module_dir})
+    assert r.returncode == 0, r.stderr
+    name, tokens = r.stdout.splitlines()
+    assert name == "pirate" and len(eval(tokens)) == 3
