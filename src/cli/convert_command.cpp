@@ -5,6 +5,7 @@
 
 #include "cli/adapter_args.h"
 #include "cli/base_checkpoint.h"
+#include "cli/model_args.h"
 #include "cli/subcommands.h"
 #include "cli/progress.h"
 #include "graft/core/error.h"
@@ -19,12 +20,13 @@ struct ConvertArgs {
   std::string base, adapter, out, outtype;
 };
 
-int run_convert(const ConvertArgs& a) {
+int run_convert(ConvertArgs& a) {
   namespace fs = std::filesystem;
   if (a.out.size() < 5 || a.out.compare(a.out.size() - 5, 5, ".gguf") != 0)
     fail_as(ErrorKind::kBadRequest, "--out '", a.out, "': expected a .gguf file name");
   if (fs::exists(a.out)) fail_as(ErrorKind::kBadRequest, "--out '", a.out, "' exists; refusing to overwrite");
   const std::optional<DType> dtype = parse_float_dtype(a.outtype);
+  a.base = local_model_path(a.base);  // hf:ORG/NAME, once the arguments are checked
   const auto uses = read_adapters({parse_adapter_arg(a.adapter)});
   const BaseCheckpoint base = open_base_checkpoint(a.base);
   if (!base.config)

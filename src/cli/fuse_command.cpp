@@ -8,6 +8,7 @@
 
 #include "cli/adapter_args.h"
 #include "cli/base_checkpoint.h"
+#include "cli/model_args.h"
 #include "cli/subcommands.h"
 #include "cli/option_checks.h"
 #include "cli/progress.h"
@@ -53,7 +54,7 @@ void copy_side_files(const fs::path& base_dir, const io::StagedDirectory& out, b
   }
 }
 
-int run_fuse(const FuseArgs& a) {
+int run_fuse(FuseArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<AdapterArg> args;
   for (const auto& s : a.adapters) args.push_back(parse_adapter_arg(s));
@@ -65,6 +66,7 @@ int run_fuse(const FuseArgs& a) {
       fail_as(ErrorKind::kBadRequest, "--dtype must be F32, F16 or BF16");
   }
   const adapter::MergePolicy policy = adapter::parse_merge_policy(a.policy);
+  a.base = local_model_path(a.base);  // hf:ORG/NAME, once the arguments are checked
   if (fs::exists(a.out) && fs::equivalent(a.out, a.base)) fail_as(ErrorKind::kBadRequest, "--out must differ from --base");
   if (fs::exists(a.out) && (!fs::is_directory(a.out) || !fs::is_empty(a.out)))
     fail_as(ErrorKind::kBadRequest, "output directory '", a.out, "' exists and is not empty; refusing to overwrite");

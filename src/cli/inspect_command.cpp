@@ -5,6 +5,7 @@
 
 #include "cli/adapter_args.h"
 #include "cli/base_checkpoint.h"
+#include "cli/model_args.h"
 #include "cli/subcommands.h"
 #include "graft/cli/commands.h"
 #include "graft/adapter/describe.h"
@@ -103,7 +104,7 @@ nlohmann::json inspect_json(const std::string& adapter_path, const std::string& 
   auto uses = read_adapters({parse_adapter_arg(adapter_path, false)});
   nlohmann::json d = adapter::describe_adapter(*uses[0].adapter);
   if (!base_path.empty()) {
-    BaseCheckpoint base = open_base_checkpoint(base_path);
+    BaseCheckpoint base = open_base_checkpoint(local_model_path(base_path));
     auto plan = bind_for_fuse(base, uses, /*allow_quantized=*/true);
     nlohmann::json binding = adapter::describe_plan(*plan);
     binding["base"] = base_path;

@@ -164,6 +164,11 @@ hub::Hub hub_from_environment() {
   return h;
 }
 
+std::string local_model_path(const std::string& path_or_hf) {
+  if (path_or_hf.rfind("hf:", 0) != 0) return path_or_hf;
+  return hub::resolve_model(hub_from_environment(), path_or_hf.substr(3), "", "");
+}
+
 engine::EngineOptions engine_options(ModelArgs& a) {
   if (a.model.empty() == a.hf_repo.empty())
     fail_as(ErrorKind::kBadRequest, "give the model with exactly one of -m PATH and -hf ORG/NAME[:QUANT]");

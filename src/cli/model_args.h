@@ -57,6 +57,10 @@ std::vector<AdapterArg> adapter_args(const std::vector<std::string>& plain, cons
 // its local path. The caller adds the registry's adapters and any adapters fused for good.
 engine::EngineOptions engine_options(ModelArgs& a);
 
+// A model or base path as given, or for hf:ORG/NAME[:QUANT] its local path once fetched from the
+// Hub (fuse, convert and inspect --base, quantize --model; the commands with -hf take that).
+std::string local_model_path(const std::string& path_or_hf);
+
 // The Hub as the environment configures it (graft/hub/hub.h), with a progress bar per download.
 hub::Hub hub_from_environment();
 

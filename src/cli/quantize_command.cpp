@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/adapter_args.h"
+#include "cli/model_args.h"
 #include "cli/subcommands.h"
 #include "cli/option_checks.h"
 #include "cli/progress.h"
@@ -21,12 +22,13 @@ struct QuantizeArgs {
   int group_size = 64;
 };
 
-int run_quantize(const QuantizeArgs& a) {
+int run_quantize(QuantizeArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   model::QuantizeOptions o;
   o.bits = a.bits;
   o.group_size = a.group_size;
   o.dtype = parse_float_dtype(a.dtype);
+  a.model = local_model_path(a.model);  // hf:ORG/NAME, once the arguments are checked
   install_interrupt_handlers();  // SIGINT/SIGTERM unwind through quantize's staging directory
   ProgressBar bar("quantizing");
   o.progress = [&](int64_t d, int64_t t) { bar.update(d, t); };

@@ -217,3 +217,16 @@ def test_python_package_loads_by_name(hub):
     assert r.returncode == 0, r.stderr
     name, tokens = r.stdout.splitlines()
     assert name == "pirate" and len(eval(tokens)) == 3
+
+
+def test_bases_by_name_in_inspect(hub):
+    import json
+    local = graft(hub, "inspect", PEFT, "--base", MODEL, "--json")
+    assert local.returncode == 0, local.stderr
+    r = graft(hub, "inspect", "hf:graft-test/pirate", "--base", "hf:graft-test/smol-gguf:Q4_1", "--json")
+    assert r.returncode == 0, r.stderr
+    def without_paths(x):  # the same facts but for where the files are
+        if isinstance(x, dict):
+            return {k: without_paths(v) for k, v in x.items() if k not in ("adapter", "base", "file", "path")}
+        return [without_paths(v) for v in x] if isinstance(x, list) else x
+    assert without_paths(json.loads(r.stdout)) == without_paths(json.loads(local.stdout))
