@@ -10,9 +10,9 @@
 #include <new>
 #include <vector>
 
-#include <sys/mman.h>
 
 #include "graft/core/error.h"
+#include "graft/core/huge_pages.h"
 
 namespace graft::compute {
 
@@ -103,11 +103,7 @@ std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, in
     b.scale_bytes = F::kAffine ? F::kScaleBytes >> param_shift : F::kScaleBytes;  // affine: a group's record per block
   });
   b.group_bytes = (b.blocks * (b.code_bytes + b.scale_bytes) + 63) / 64 * 64;
-  // Pages mapped in bulk (MAP_POPULATE): a page fault per 4 KiB touched was half of the copy's time.
-  const size_t bytes = std::max<size_t>(static_cast<size_t>(b.groups() * b.group_bytes), 1);
-  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (mem == MAP_FAILED) throw std::bad_alloc();
-  b.storage = std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(mem), [bytes](uint8_t* p) { munmap(p, bytes); });
+  b.storage = huge_page_buffer(static_cast<size_t>(b.groups() * b.group_bytes));
   b.base = b.storage.get();
   return out;
 }

@@ -9,6 +9,7 @@
 #include "graft/core/convert.h"
 #include "graft/core/error.h"
 #include "graft/core/finite.h"
+#include "graft/core/huge_pages.h"
 #include "graft/core/gguf_quantize.h"
 #include "graft/model/family.h"
 #include "graft/model/quantized_source.h"
@@ -45,9 +46,11 @@ struct Loader {
   }
 };
 
+// On huge pages (core/huge_pages.h): decode streams these.
 Tensor owned_copy(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.data);
-  return Tensor::owned(t.dtype, t.shape, std::vector<uint8_t>(p, p + t.nbytes()));
+  std::shared_ptr<uint8_t[]> buf = huge_page_buffer(static_cast<size_t>(t.nbytes()));
+  std::memcpy(buf.get(), t.data, static_cast<size_t>(t.nbytes()));
+  return Tensor{t.dtype, t.shape, buf.get(), std::shared_ptr<const void>(buf, buf.get())};
 }
 
 // The affine kernels take 4-bit rows in whole 64-code blocks; a narrower row (a tiny model's expert
