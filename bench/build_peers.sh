@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the two peers graft's speed is judged against, each from its PyPI sdist, outside the repo:
+#   llama.cpp     vendor/llama.cpp of llama-cpp-python
+#   ik_llama.cpp  vendor/ik_llama.cpp of ik-llama-cpp-python; its sdist lacks
+#                 common/cmake/build-info-gen-cpp.cmake, so one is written here that configure_file()s
+#                 common/build-info.cpp.in (version "sdist", the compiler named)
+# CMake Release, GGML_NATIVE=ON (each peer's own default build for the machine it runs on); targets
+# llama-bench, llama-quantize, llama-perplexity (and ik's llama-sweep-bench).
+#
+#   bench/build_peers.sh [DIR]       (default /work/peers; prints the two bin/ directories)
+#
+# Several minutes per peer on 2 cores; ccache is used where installed. Re-running skips what is built.
+set -euo pipefail
+DIR=${1:-/work/peers}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$DIR"
+log() { echo "[build_peers] $*" >&2; }
+launcher=$(command -v ccache >/dev/null && echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" || true)
+
+fetch() {  # fetch PYPI_NAME DIR_GLOB -> the unpacked sdist's directory
+  local name=$1 glob=$2
+  if ! ls -d "$DIR"/$glob >/dev/null 2>&1; then
+    log "downloading the $name sdist"
+    "$PYTHON" -m pip download --quiet --no-binary :all: --no-deps "$name" -d "$DIR"
+    tar -xzf "$(ls "$DIR"/${glob}.tar.gz | head -1)" -C "$DIR"
+  fi
+  ls -d "$DIR"/$glob | grep -v '\.tar\.gz$' | head -1
+}
+
+build() {  # build SOURCE_DIR TARGET...
+  local src=$1
+  shift
+  if ! (cd "$src/build/bin" 2>/dev/null && ls "$@" >/dev/null 2>&1); then
+    log "building $src (several minutes on 2 cores)"
+    cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+          -DLLAMA_BUILD_TESTS=OFF $launcher >/dev/null
+    cmake --build "$src/build" -j"$(nproc)" --target "$@" >/dev/null
+  fi
+  echo "$src/build/bin"
+}
+
+LLAMA=$(fetch llama-cpp-python 'llama_cpp_python-*')/vendor/llama.cpp
+IK=$(fetch ik-llama-cpp-python 'ik_llama_cpp_python-*')/vendor/ik_llama.cpp
+GEN="$IK/common/cmake/build-info-gen-cpp.cmake"
+if [ ! -f "$GEN" ]; then
+  mkdir -p "$(dirname "$GEN")"
+  cat >"$GEN" <<'CMAKE'
+# Written by graft's bench/build_peers.sh: the sdist has no git history to describe.
+set(BUILD_NUMBER 0)
+set(BUILD_COMMIT "sdist")
+set(BUILD_COMPILER "${CMAKE_C_COMPILER_ID} ${CMAKE_C_COMPILER_VERSION}")
+set(BUILD_TARGET "native")
+configure_file(${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp.in ${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp)
+CMAKE
+fi
+build "$LLAMA" llama-bench llama-quantize llama-perplexity
+build "$IK" llama-bench llama-quantize llama-perplexity llama-sweep-bench

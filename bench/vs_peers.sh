@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# graft against llama.cpp and ik_llama.cpp on the same GGUF files, interleaved, with the machine's
+# read roofline measured in the same run (issue 35).
+#
+#   bench/vs_peers.sh ROUNDS "THREADS" FILE...      e.g. bench/vs_peers.sh 3 "1 2" /tmp/m3b/q4km.gguf
+#
+# - Peers: built by bench/build_peers.sh from their PyPI sdists (PEERS, default /work/peers).
+# - Per round, thread count and file, in this order:
+#   - llama.cpp's llama-bench: pp512 and tg128;
+#   - ik_llama.cpp's llama-bench with -rtr 0 and -rtr 1, the better of the two kept per figure;
+#   - graft generate: the 513-token bench prompt (bench/lib.sh), then -n 128 --ignore-eos.
+#   Each round also measures the read roofline (build/graft_bench BM_ReadRoofline, 1 and 2 threads).
+# - Decode figures are set against it: bytes read per token (graft's own count for the file, the
+#   same weights for every engine) x tokens/s = GB/s, and that as % of the roofline at the same
+#   thread count.
+# - Prints a Markdown table: medians (min-max) over the rounds, the machine, graft's kernel path and
+#   the three versions. Raw rows go to OUT (default /tmp/vs_peers.tsv).
+#
+# Not yet here (issue 35 item 1's rest): decode at depth 4096 (llama-bench -d, ik's
+# llama-sweep-bench), the -fmoe/-muge runs of a MoE file. Give MoE and 8B files as FILEs like any other.
+set -euo pipefail
+ROUNDS=${1:?ROUNDS}
+THREADS=${2:?THREADS}
+shift 2
+FILES=("$@")
+[ ${#FILES[@]} -gt 0 ] || { echo "give at least one GGUF file" >&2; exit 2; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
+PEERS=${PEERS:-/work/peers}
+G=${GRAFT:-$ROOT/build/graft}
+GB=${GRAFT_BENCH:-$ROOT/build/graft_bench}
+OUT=${OUT:-/tmp/vs_peers.tsv}
+LLAMA=$(ls -d "$PEERS"/llama_cpp_python-*/vendor/llama.cpp/build/bin | head -1)
+IK=$(ls -d "$PEERS"/ik_llama_cpp_python-*/vendor/ik_llama.cpp/build/bin | head -1)
+for b in "$LLAMA/llama-bench" "$IK/llama-bench" "$G" "$GB"; do
+  [ -x "$b" ] || { echo "missing $b (bench/build_peers.sh builds the peers; make build graft)" >&2; exit 2; }
+done
+export LD_LIBRARY_PATH="$LLAMA:$IK:${LD_LIBRARY_PATH:-}"
+P=$(bench_prompt)
+: >"$OUT"
+rec() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$OUT"; }  # round threads file figure engine value
+lb() {  # lb BIN FILE THREADS -> "pp tg" tokens/s (pp512, tg128), extra llama-bench options after
+  local bin=$1 f=$2 t=$3; shift 3
+  LD_LIBRARY_PATH="$bin" "$bin/llama-bench" -m "$f" -t "$t" -p 512 -n 128 -r 1 "$@" -o json 2>/dev/null |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print(*[round(x["avg_ts"],2) for x in r])'
+}
+roofline() {
+  "$GB" --benchmark_filter=BM_ReadRoofline --benchmark_format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for b in json.load(sys.stdin)["benchmarks"]: print(b["name"].split("/")[1], round(b["bytes_per_second"]/1e9, 1))'
+}
+
+echo "start $(date -u +%FT%H:%MZ) load $(cut -d' ' -f1-3 /proc/loadavg) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs" >&2
+for r in $(seq "$ROUNDS"); do
+  while read -r t gbs; do rec "$r" "$t" - roofline_GBps machine "$gbs"; done < <(roofline)
+  for t in $THREADS; do
+    for f in "${FILES[@]}"; do
+      name=$(basename "$f" .gguf)
+      read -r pp tg < <(lb "$LLAMA" "$f" "$t")
+      rec "$r" "$t" "$name" pp512 llama.cpp "$pp"; rec "$r" "$t" "$name" tg128 llama.cpp "$tg"
+      read -r pp0 tg0 < <(lb "$IK" "$f" "$t" -rtr 0)
+      read -r pp1 tg1 < <(lb "$IK" "$f" "$t" -rtr 1)
+      rec "$r" "$t" "$name" pp512 ik_llama.cpp "$(python3 -c "print(max($pp0, $pp1))")"
+      rec "$r" "$t" "$name" tg128 ik_llama.cpp "$(python3 -c "print(max($tg0, $tg1))")"
+      line=$("$G" generate -m "$f" -p "$P" --temp 0 -n 128 --ignore-eos -t "$t" 2>&1 >/dev/null | tail -1)
+      rec "$r" "$t" "$name" pp512 graft "$(field prompt <<<"$line")"
+      rec "$r" "$t" "$name" tg128 graft "$(field generated <<<"$line")"
+      rec "$r" "$t" "$name" MB_per_token graft "$(sed -E 's/.*weights read per token: ([0-9.]+) MB.*/\1/' <<<"$line")"
+    done
+  done
+done
+echo "end $(date -u +%H:%MZ) load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+"$G" generate -m "${FILES[0]}" -p hi -n 1 2>&1 >/dev/null | grep -m1 -i "kernel\|activations" >&2 || true
+python3 "$ROOT/bench/vs_peers_table.py" "$OUT"
