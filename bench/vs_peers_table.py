@@ -44,8 +44,9 @@ def main(path):
             ratio = f"{med['graft'] / med['ik_llama.cpp']:.2f}×" if med["graft"] and med["ik_llama.cpp"] else "–"
             print(f"| {f} | {t} | {fig} | " + " | ".join(cells) + f" | {ratio} |")
     print()
-    print(f"bytes read per token (graft's count): " + ", ".join(
-        f"{f} {statistics.median(rows[(t, f, 'MB_per_token', 'graft')]):.0f} MB" for f, t in keys if rows[(t, f, 'MB_per_token', 'graft')]))
+    per_file = {f: statistics.median(rows[(t, f, "MB_per_token", "graft")]) for f, t in keys
+                if rows[(t, f, "MB_per_token", "graft")]}
+    print("bytes read per token (graft's count): " + ", ".join(f"{f} {mb:.0f} MB" for f, mb in per_file.items()))
 
 
 if __name__ == "__main__":
