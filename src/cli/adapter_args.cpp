@@ -65,11 +65,16 @@ std::optional<DType> parse_float_dtype(const std::string& value) {
   fail_as(ErrorKind::kBadRequest, "--dtype '", value, "' is not one of F32, F16, BF16");
 }
 
+std::string default_adapter_name(const std::string& path) {
+  const auto ref = hub::parse_hf_ref(path);
+  return ref ? ref->name() : "";
+}
+
 std::vector<adapter::AdapterUse> read_adapters(const std::vector<AdapterArg>& args) {
   std::vector<adapter::AdapterUse> uses;
   for (const auto& a : args) {
     // hf:ORG/NAME[@REV]: the adapter's files from the Hub, into the Hugging Face cache first.
-    const std::string path = a.path.rfind("hf:", 0) == 0 ? hub::resolve_adapter(hub_from_environment(), a.path) : a.path;
+    const std::string path = hub::parse_hf_ref(a.path) ? hub::resolve_adapter(hub_from_environment(), a.path) : a.path;
     uses.push_back({std::make_shared<const adapter::WeightAdapter>(adapter::read_weight_adapter(path)), a.scale});
   }
   return uses;

@@ -26,6 +26,11 @@ std::vector<std::string> split_adapter_list(const std::vector<std::string>& valu
 // A --dtype value: F32 | F16 | BF16 (either case); empty gives nullopt; anything else is an error.
 std::optional<DType> parse_float_dtype(const std::string& value);
 
+// The registry name of an adapter argument that gives none: NAME for hf:ORG/NAME[@REV] (the
+// snapshot directory would name it by its commit), "" (the registry's rule: the last path
+// component) for a local path.
+std::string default_adapter_name(const std::string& path);
+
 // Reads every adapter (import errors name the file) into uses for bind_weight_adapter; a path
 // hf:ORG/NAME[@REV] is an adapter on the Hugging Face Hub, fetched into its cache first.
 std::vector<adapter::AdapterUse> read_adapters(const std::vector<AdapterArg>& args);

@@ -147,7 +147,9 @@ void add_adapter_options(CLI::App& app, AdapterOptions& a) {
 
 void apply_adapter_options(const AdapterOptions& a, engine::EngineOptions& o) {
   o.load.fused_adapters = read_adapters(adapter_args(a.adapters, "--adapter", a.adapters_scaled, "--adapter-scaled"));
-  o.adapters = read_adapters(adapter_args(a.loras, "--lora", a.loras_scaled, "--lora-scaled"));
+  const std::vector<AdapterArg> loras = adapter_args(a.loras, "--lora", a.loras_scaled, "--lora-scaled");
+  o.adapters = read_adapters(loras);
+  for (const auto& l : loras) o.adapter_names.push_back(default_adapter_name(l.path));
 }
 
 hub::Hub hub_from_environment() {

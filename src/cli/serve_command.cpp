@@ -30,14 +30,6 @@ std::pair<std::string, std::string> named(const std::string& arg) {
   return {name, arg.substr(eq + 1)};
 }
 
-// The name an adapter gets when its argument gives none: for hf:ORG/NAME[@REV] its NAME (the
-// registry would otherwise name it by the snapshot's commit directory); else the registry's rule.
-std::string default_name(const std::string& path) {
-  if (path.rfind("hf:", 0) != 0) return "";
-  const std::string repo = path.substr(3, path.find('@') == std::string::npos ? std::string::npos : path.find('@') - 3);
-  return repo.substr(repo.find('/') + 1);
-}
-
 int run_serve(ServeArgs& a) {
   // A model from the Hub is served under its repo id, as vLLM names it (--alias overrides).
   if (!a.model.hf_repo.empty() && a.server.alias.empty()) a.server.alias = a.model.hf_repo.substr(0, a.model.hf_repo.find(':'));
@@ -57,11 +49,11 @@ int run_serve(ServeArgs& a) {
   std::vector<AdapterArg> args;
   for (const auto& [name, path] : loras) {
     args.push_back({path, !by_name || a.server.fuse ? 1.0f : 0.0f});
-    o.adapter_names.push_back(name.empty() ? default_name(path) : name);
+    o.adapter_names.push_back(name.empty() ? default_adapter_name(path) : name);
   }
   for (const auto& [name, rest] : scaled) {
     args.push_back(parse_scaled_adapter_arg(rest));
-    o.adapter_names.push_back(name.empty() ? default_name(args.back().path) : name);
+    o.adapter_names.push_back(name.empty() ? default_adapter_name(args.back().path) : name);
   }
   o.adapters = read_adapters(args);
   if (a.max_loras_resident < 0 || a.lora_memory_mb < 0)

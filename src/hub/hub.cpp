@@ -325,20 +325,29 @@ std::string download_file(const Hub& hub, const std::string& repo, const std::st
   return (dir / "snapshots" / m.commit / path).string();
 }
 
-std::vector<std::string> list_files(const Hub& hub, const std::string& repo, const std::string& revision) {
+namespace {
+
+// A repo's files at a revision and the commit it names: from the Hub, or (offline, or the Hub
+// unreachable with the revision cached) from the cached snapshot. Nothing is written here: refs
+// are recorded once a file is cached (download_file, download_snapshot).
+struct Listing {
+  std::string commit;
+  std::vector<std::string> files;
+};
+
+Listing listing(const Hub& hub, const std::string& repo, const std::string& revision) {
   check_repo(repo);
   const fs::path dir = repo_dir(hub, repo);
   const auto cached = [&] {
-    const std::string commit = cached_commit(dir, revision);
-    const fs::path snap = dir / "snapshots" / commit;
-    if (commit.empty() || !fs::is_directory(snap))
+    Listing l{cached_commit(dir, revision), {}};
+    const fs::path snap = dir / "snapshots" / l.commit;
+    if (l.commit.empty() || !fs::is_directory(snap))
       fail_as(ErrorKind::kIo, repo, " at ", revision, ": not in the cache ", hub.cache,
               hub.offline ? " (HF_HUB_OFFLINE is set)" : "");
-    std::vector<std::string> files;
     for (const auto& e : fs::recursive_directory_iterator(snap))
-      if (!e.is_directory()) files.push_back(e.path().lexically_relative(snap).string());
-    std::sort(files.begin(), files.end());
-    return files;
+      if (!e.is_directory()) l.files.push_back(e.path().lexically_relative(snap).string());
+    std::sort(l.files.begin(), l.files.end());
+    return l;
   };
   if (hub.offline) return cached();
   const std::string what = repo + " at " + revision;
@@ -346,30 +355,36 @@ std::vector<std::string> list_files(const Hub& hub, const std::string& repo, con
   auto r = client(hub, origin)->Get(target.c_str());
   if (!r && cached_commit(dir, revision) != "") return cached();
   if (!r || r->status >= 400) http_failure(r, what, hub);
-  std::vector<std::string> files;
+  Listing l;
   try {
     const auto j = nlohmann::json::parse(r->body);
-    for (const auto& s : j.at("siblings")) files.push_back(s.at("rfilename").get<std::string>());
-    write_ref(dir, revision, j.at("sha").get<std::string>());
+    for (const auto& s : j.at("siblings")) l.files.push_back(s.at("rfilename").get<std::string>());
+    l.commit = j.at("sha").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     fail_as(ErrorKind::kIo, what, ": the Hub's file list is not what was expected (", e.what(), ")");
   }
-  return files;
+  return l;
+}
+
+}  // namespace
+
+std::vector<std::string> list_files(const Hub& hub, const std::string& repo, const std::string& revision) {
+  return listing(hub, repo, revision).files;
 }
 
 std::string download_snapshot(const Hub& hub, const std::string& repo, const std::string& revision,
                               const std::function<bool(const std::string&)>& keep) {
-  const std::vector<std::string> files = list_files(hub, repo, revision);
-  const fs::path dir = repo_dir(hub, repo);
-  const std::string commit = cached_commit(dir, revision);  // list_files recorded it
+  const Listing l = listing(hub, repo, revision);
   size_t kept = 0;
-  for (const auto& f : files)
+  for (const auto& f : l.files)
     if (keep(f)) {
-      download_file(hub, repo, f, commit.empty() ? revision : commit);
+      download_file(hub, repo, f, l.commit);  // every file from the one commit listed
       ++kept;
     }
-  if (kept == 0) fail_as(ErrorKind::kBadRequest, repo, " at ", revision, ": none of its ", files.size(), " files is one graft reads");
-  return (dir / "snapshots" / cached_commit(dir, revision)).string();
+  if (kept == 0) fail_as(ErrorKind::kBadRequest, repo, " at ", revision, ": none of its ", l.files.size(), " files is one graft reads");
+  const fs::path dir = repo_dir(hub, repo);
+  if (!hub.offline) write_ref(dir, revision, l.commit);
+  return (dir / "snapshots" / l.commit).string();
 }
 
 std::string pick_gguf(const std::vector<std::string>& files, const std::string& tag, const std::string& repo) {
@@ -410,14 +425,20 @@ std::string resolve_model(const Hub& hub, const std::string& spec, const std::st
   });
 }
 
-std::string resolve_adapter(const Hub& hub, const std::string& path_or_hf) {
-  if (path_or_hf.rfind("hf:", 0) != 0) return path_or_hf;
-  std::string repo = path_or_hf.substr(3), rev = "main";
-  if (const size_t at = repo.find('@'); at != std::string::npos) {
-    rev = repo.substr(at + 1);
-    repo = repo.substr(0, at);
+std::optional<HfRef> parse_hf_ref(const std::string& path_or_hf) {
+  if (path_or_hf.rfind("hf:", 0) != 0) return std::nullopt;
+  HfRef r{path_or_hf.substr(3), "main"};
+  if (const size_t at = r.repo.find('@'); at != std::string::npos) {
+    r.revision = r.repo.substr(at + 1);
+    r.repo = r.repo.substr(0, at);
   }
-  return download_snapshot(hub, repo, rev, [](const std::string& f) {
+  return r;
+}
+
+std::string resolve_adapter(const Hub& hub, const std::string& path_or_hf) {
+  const auto ref = parse_hf_ref(path_or_hf);
+  if (!ref) return path_or_hf;
+  return download_snapshot(hub, ref->repo, ref->revision, [](const std::string& f) {
     return ends_with(f, ".json") || ends_with(f, ".safetensors") || ends_with(f, ".gguf");
   });
 }

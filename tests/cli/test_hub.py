@@ -199,8 +199,12 @@ def test_serve_by_name_and_runtime_adapters_from_the_hub(hub, tmp_path):
     # Downloaded once: the second start works with the Hub gone.
     fetched = len([x for x in hub.log if x[1].startswith("/cdn/")])
     hub.close()
-    p, url = serve(hub, "-hf", "graft-test/smol-gguf:Q4_1", env={"HF_HUB_OFFLINE": "1"})
-    stop(p)
+    p, url = serve(hub, "-hf", "graft-test/smol-gguf:Q4_1", "--lora", "hf:graft-test/pirate",
+                   env={"HF_HUB_OFFLINE": "1"})
+    try:  # a startup adapter by Hub name is named NAME, not by its snapshot's commit
+        assert requests.get(url + "/lora-adapters").json()[0]["name"] == "pirate"
+    finally:
+        stop(p)
     assert len([x for x in hub.log if x[1].startswith("/cdn/")]) == fetched
 
 

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,13 @@ std::string pick_gguf(const std::vector<std::string>& files, const std::string& 
 // -hf ORG/NAME[:QUANT] (with --hf-file FILE, --revision REV): a GGUF repo gives its file for QUANT,
 // a safetensors repo its snapshot directory (config, tokenizer and weight files). The local path.
 std::string resolve_model(const Hub& hub, const std::string& spec, const std::string& file, const std::string& revision);
+
+// hf:ORG/NAME[@REV] as its repo and revision (default main); nullopt for anything else.
+struct HfRef {
+  std::string repo, revision;
+  std::string name() const { return repo.substr(repo.find('/') + 1); }  // NAME
+};
+std::optional<HfRef> parse_hf_ref(const std::string& path_or_hf);
 
 // hf:ORG/NAME[@REV] (an adapter on the Hub): the snapshot directory with its adapter files (JSON,
 // safetensors, GGUF). Other strings are returned unchanged.
