@@ -12,7 +12,7 @@ MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev \
                 libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev zlib1g-dev libssl-dev \
-                python3 python3-pip python3-venv python3-dev pybind11-dev
+                python3 python3-pip python3-venv python3-dev pybind11-dev libzmq3-dev libmsgpack-dev
 
 .PHONY: all deps browser-deps build asan models pyenv demo test test-all test-fast test-wheel bench clean fuzz
 
@@ -48,8 +48,11 @@ $(MODEL):
 # router would, PyYAML reads the deploy/ manifests, jsonschema validates structured output;
 # selenium drives Chromium through the web page (tests/server/test_webui.py), Pillow decodes its screenshot;
 # numpy is what the Python package's logits() returns (tests/python/); huggingface_hub is the real
-# client graft's Hub cache must interoperate with (tests/cli/test_hub.py).
-PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml jsonschema selenium pillow numpy huggingface_hub
+# client graft's Hub cache must interoperate with (tests/cli/test_hub.py); pyzmq and msgpack subscribe
+# to the KV-event stream as llm-d's scorer does, and Ray Serve is the real engine graft replicas run
+# under (tests/server/test_kv_events.py, test_ray.py).
+PY_TEST_PACKAGES := requests openai pytest prometheus_client pyyaml jsonschema selenium pillow numpy huggingface_hub \
+                    pyzmq msgpack "ray[serve]==2.60.0"
 pyenv: .venv/.ready
 .venv/.ready: Makefile
 	python3 -m venv .venv

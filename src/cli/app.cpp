@@ -6,12 +6,13 @@
 #include <system_error>
 
 #include "graft/core/error.h"
+#include "graft/core/version.h"
 
 namespace graft::cli {
 
 App::App() : app_("graft: a CPU inference engine for Llama-family models with LoRA-family adapters done right", "graft") {
   app_.require_subcommand(1);
-  app_.set_version_flag("--version", "graft 0.1.0");
+  app_.set_version_flag("--version", std::string("graft ") + kVersion);
   app_.footer(
       "Exit codes: 0 success, 1 bad input file, 2 bad argument, 3 unsupported, 4 resource limit, 5 I/O failure, "
       "6 internal error.");

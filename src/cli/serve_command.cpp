@@ -131,12 +131,24 @@ Runner add_serve_command(CLI::App& app) {
   app.add_option("--pooling", a->pooling,
                  "Embedding pooling: none|mean|cls|last (default: the model's GGUF pooling_type, else last)")
       ->check(CLI::IsMember({"none", "mean", "cls", "last"}));
+  app.add_option("--kv-events", s.kv_events,
+                 "Publish KV-cache events in vLLM's format (ZeroMQ PUB) for llm-d's prefix-cache scorer and Dynamo's "
+                 "KV router: tcp://*:PORT binds, tcp://HOST:PORT connects, ipc://PATH binds");
+  app.add_option("--kv-events-replay", s.kv_events_replay,
+                 "ZeroMQ ROUTER endpoint (bound) answering replay requests for the last 10,000 event batches");
+  app.add_option("--kv-events-topic", s.kv_events_topic,
+                 "Topic of every event message (default: kv@<hostname>@<model name>; llm-d reads kv@<pod>@<model>)");
+  app.add_option("--kv-block-size", s.kv_block_size,
+                 "Tokens per KV block in events and vllm:cache_config_info (graft's KV is contiguous per slot; blocks "
+                 "are how routers count it)")
+      ->capture_default_str();
   app.add_flag("--lora-fuse", s.fuse,
                "Bake the adapters into the weights at load (no decode cost; scales fixed for the process)");
   app.footer(
       "Routes: /health /completion /v1/completions /v1/chat/completions /v1/models /tokenize /detokenize /props\n"
-      "/lora-adapters /metrics /v1/load_lora_adapter /v1/unload_lora_adapter, with --embeddings /v1/embeddings\n"
-      "/embedding, the web page at / (docs/SERVER.md).\n"
+      "/lora-adapters /metrics /v1/load_lora_adapter /v1/unload_lora_adapter /v1/completions/render\n"
+      "/v1/chat/completions/render /version, with --embeddings /v1/embeddings /embedding, the web page at /\n"
+      "(docs/SERVER.md; scale-out: docs/DEPLOY.md).\n"
       "Example: graft serve -m models/SmolLM2-135M-Instruct.Q4_1.gguf --lora demo/adapters/pirate-peft --port 8080");
   return [a] { return run_serve(*a); };
 }

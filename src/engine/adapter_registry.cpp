@@ -7,7 +7,6 @@
 #include <future>
 #include <limits>
 
-#include "engine/sha256.h"
 #include "graft/core/error.h"
 
 namespace graft::engine {
@@ -27,14 +26,14 @@ struct AdapterEntry {
 namespace {
 
 Digest pairs_digest(const std::vector<std::pair<Digest, float>>& pairs) {
-  Sha256 h;
+  io::Hasher h;
   for (const auto& [d, s] : pairs) {
     uint32_t bits;
     std::memcpy(&bits, &s, sizeof bits);
     h.update(d.data(), d.size());
     h.update(&bits, sizeof bits);
   }
-  return h.finish();
+  return io::finish_sha256(h);
 }
 
 void measure(const runtime::LoraAdapter& a, AdapterInfo& info) {

@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <httplib.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <regex>
 
 #include "graft/core/error.h"
+#include "graft/io/hash.h"
 
 namespace graft::hub {
 
@@ -141,28 +141,14 @@ FileMeta head(const Hub& hub, const std::string& repo, const std::string& path, 
 // The hash an etag names: the LFS sha256 (64 hex digits) or the git blob sha1 (40) of the bytes.
 std::string file_hash(const fs::path& file, size_t hex_digits) {
   const bool git = hex_digits == 40;
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), git ? EVP_sha1() : EVP_sha256(), nullptr);
+  io::Hasher h(git ? io::Hasher::Kind::kSha1 : io::Hasher::Kind::kSha256);
   if (git) {
     const std::string header = "blob " + std::to_string(fs::file_size(file)) + std::string(1, '\0');
-    EVP_DigestUpdate(ctx.get(), header.data(), header.size());
+    h.update(header.data(), header.size());
   }
-  std::ifstream in(file, std::ios::binary);
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
-  }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned n = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &n);
-  std::string hex;
-  for (unsigned i = 0; i < n; ++i) {
-    char b[3];
-    std::snprintf(b, sizeof b, "%02x", md[i]);
-    hex += b;
-  }
-  return hex;
+  h.update_file(file.string(), "downloaded file");
+  const std::vector<uint8_t> d = h.finish();
+  return io::to_hex(d.data(), d.size());
 }
 
 // An exclusive lock on .locks/<repo dir>/<etag>.lock, the file huggingface_hub locks for the same blob.

@@ -136,6 +136,7 @@ void add_adapter_routes(httplib::Server& svr, State& st) {
         fail_as(ErrorKind::kBadRequest, "lora_name '", name, "' is the base model's name");
       const std::string path = confined(st.opts.lora_root, hub_adapter(st, given), "lora_path");
       const int64_t id = st.engine->adapters().add(name, path, 0.0f, inplace);
+      if (inplace) st.scheduler->adapters_changed();  // KV computed with the old bytes is dropped
       std::fprintf(stderr, "graft serve: loaded adapter '%s' from %s (id %lld)\n", name.c_str(), path.c_str(),
                    static_cast<long long>(id));
       plain(res, "Success: LoRA adapter '" + name + "' added successfully.");
@@ -151,7 +152,7 @@ void add_adapter_routes(httplib::Server& svr, State& st) {
       const std::string& name = string_field(b, "lora_name");
       if (!st.engine->adapters().remove(name))
         throw HttpError(404, "not_found_error", "The lora adapter '" + name + "' cannot be found.");
-      st.scheduler->prune_adapter_counters();
+      st.scheduler->adapters_changed();
       std::fprintf(stderr, "graft serve: unloaded adapter '%s'\n", name.c_str());
       plain(res, "Success: LoRA adapter '" + name + "' removed successfully.");
     } catch (const std::exception& e) {

@@ -303,6 +303,22 @@ void handle_completion(State& st, Route route, const httplib::Request& http, htt
       });
 }
 
+// POST /v1/completions/render and /v1/chat/completions/render (vLLM's): the token ids graft would
+// evaluate for the request, its whole body checked as the completion routes check it, for routers
+// that hash prompts into KV blocks themselves (llm-d's precise prefix-cache scorer). Completions
+// answer a list (one entry per prompt), chat one object.
+void handle_render(State& st, Route route, const httplib::Request& http, httplib::Response& res) {
+  engine::Engine& eng = *st.engine;
+  try {
+    const CompletionRequest req = parse_completion_request(parse_body(http), route, eng.tokenizer(), st.chat.get(),
+                                                           eng.model().config.eos_token_ids);
+    const json one{{"token_ids", req.prompt}, {"model", req.model.empty() ? st.model_name : req.model}};
+    send_json(res, 200, route == Route::OaiChat ? one : json::array({one}));
+  } catch (const std::exception& e) {
+    send_error(res, api_error(e));
+  }
+}
+
 }  // namespace
 
 void add_completion_routes(httplib::Server& svr, State& st) {
@@ -312,6 +328,10 @@ void add_completion_routes(httplib::Server& svr, State& st) {
            [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::OaiCompletion, q, r); });
   for (const char* path : {"/v1/chat/completions", "/chat/completions"})
     st.routes.post(svr, path, [&st](const httplib::Request& q, httplib::Response& r) { handle_completion(st, Route::OaiChat, q, r); });
+  st.routes.post(svr, "/v1/completions/render",
+                 [&st](const httplib::Request& q, httplib::Response& r) { handle_render(st, Route::OaiCompletion, q, r); });
+  st.routes.post(svr, "/v1/chat/completions/render",
+                 [&st](const httplib::Request& q, httplib::Response& r) { handle_render(st, Route::OaiChat, q, r); });
 }
 
 }  // namespace graft::server

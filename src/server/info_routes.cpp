@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include "graft/core/error.h"
+#include "graft/core/version.h"
 #include "server/metrics.h"
 #include "server/response.h"
 #include "server/scheduler.h"
@@ -62,7 +63,11 @@ void add_info_routes(httplib::Server& svr, State& st) {
                    {"model_path", st.model_path},
                    {"chat_template", st.chat ? st.chat->source() : std::string()},
                    {"modalities", json{{"vision", false}, {"audio", false}}},
-                   {"build_info", "graft 0.1.0"}});
+                   {"build_info", std::string("graft ") + kVersion}});
+  });
+  // vLLM's route (routers such as SMG probe it to recognize an OpenAI-compatible engine).
+  st.routes.get(svr, "/version", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, json{{"version", kVersion}});
   });
 
   st.routes.post(svr, "/tokenize", [&st](const httplib::Request& q, httplib::Response& res) {

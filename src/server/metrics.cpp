@@ -63,6 +63,11 @@ std::string prometheus_text(const SchedulerStats& s, const std::vector<engine::A
   metric(os, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
          static_cast<double>(s.deferred));
   metric(os, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage);
+  // The block size KV events (--kv-events) report and the slots' capacity in such blocks: llm-d's
+  // prefix-cache scorer reads both from here (vLLM's info gauge, value 1).
+  os << "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"
+     << "vllm:cache_config_info{block_size=\"" << s.kv_block_size << "\",enable_prefix_caching=\"True\",num_gpu_blocks=\""
+     << (s.kv_block_size > 0 ? s.kv_capacity / s.kv_block_size : 0) << "\"} 1\n";
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   os << "# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\n"
      << "vllm:lora_requests_info{max_lora=\"" << max_lora << "\",running_lora_adapters=\""

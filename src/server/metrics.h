@@ -1,6 +1,6 @@
 // Prometheus text for GET /metrics: llama-server's `llamacpp:` families, the gauges scale-out
-// routers read (`vllm:num_requests_*`, `vllm:kv_cache_usage_perc`, `vllm:lora_requests_info`), and
-// graft's own counters (mixed-adapter steps, requests per adapter).
+// routers read (`vllm:num_requests_*`, `vllm:kv_cache_usage_perc`, `vllm:lora_requests_info`,
+// `vllm:cache_config_info`), and graft's own counters (mixed-adapter steps, requests per adapter).
 #pragma once
 #include <string>
 #include <vector>

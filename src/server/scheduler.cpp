@@ -31,6 +31,8 @@ Scheduler::Scheduler(engine::Engine& engine, SchedulerOptions options) : engine_
   slots_.resize(static_cast<size_t>(std::max(1, opts_.parallel)));
   for (auto& s : slots_) s.cache = std::make_unique<runtime::KVCache>(engine_.model().config, opts_.slot_ctx, opts_.cache_type);
   stats_.kv_capacity = opts_.slot_ctx * static_cast<int64_t>(slots_.size());
+  stats_.kv_block_size = opts_.kv_block_size;
+  if (opts_.kv_events) blocks_ = std::make_unique<KvBlockTracker>(slots_.size(), opts_.kv_block_size);
   thread_ = std::thread([this] { loop(); });
   loader_ = std::thread([this] { load_loop(); });
 }
@@ -118,9 +120,40 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
-void Scheduler::prune_adapter_counters() {
+void Scheduler::adapters_changed() {
+  const std::vector<engine::AdapterInfo> registered = engine_.adapters().list();
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(stats_.adapters, [&](const auto& kv) { return !engine_.adapters().contains(kv.first); });
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (!slots_[i].job) {
+      drop_if_stale(slots_[i], registered);
+      report_blocks(i);
+    }
+  flush_blocks();
+}
+
+void Scheduler::drop_if_stale(Slot& s, const std::vector<engine::AdapterInfo>& registered) {
+  for (const auto& [id, content] : s.contents) {
+    const auto it = std::find_if(registered.begin(), registered.end(), [&](const auto& a) { return a.id == id; });
+    if (it == registered.end() || it->content_digest != content) {
+      // Its adapter is gone or other bytes now: no request can reuse this KV, and a router must
+      // not send one here for it (its blocks are removed; a reload's are new blocks).
+      s.cache->truncate(0);
+      s.cached.clear();
+      s.contents.clear();
+      return;
+    }
+  }
+}
+
+void Scheduler::report_blocks(size_t i) {
+  if (blocks_) blocks_->sync(i, held_tokens(slots_[i]), slots_[i].digest, slots_[i].lora, pending_);
+}
+
+void Scheduler::flush_blocks() {
+  if (pending_.empty()) return;
+  opts_.kv_events->publish(pending_);
+  pending_.clear();
 }
 
 std::vector<int32_t> Scheduler::held_tokens(const Slot& s) {
@@ -170,12 +203,16 @@ void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
   s.cache->truncate(reuse);
   s.cached.resize(static_cast<size_t>(reuse));
   s.digest = job->adapters.digest;
+  s.lora = lora_tag(job->adapters);
+  s.contents.clear();
+  for (const auto& p : job->adapters.picks) s.contents.emplace_back(p.id, p.digest);
   s.last_used = ++clock_;
   job->params.adapters = job->adapters.adapters();
   try {
     s.seq = std::make_unique<engine::Sequence>(engine_.tokenizer(), *s.cache, job->prompt, job->params);
   } catch (const Error& e) {
     job->push(error_event(e.kind(), e.what()));
+    report_blocks(i);
     return;
   }
   for (const auto& p : job->adapters.picks) {
@@ -183,6 +220,7 @@ void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
   }
   ++stats_.requests_total;
   s.job = std::move(job);
+  report_blocks(i);
 }
 
 void Scheduler::admit(std::unique_lock<std::mutex>&) {
@@ -261,6 +299,8 @@ void Scheduler::finish(size_t i, const char* why) {
   s.job.reset();
   s.seq.reset();
   engine_.adapters().trim();  // its adapters may be idle now: the budget applies to them again
+  if (!s.contents.empty()) drop_if_stale(s, engine_.adapters().list());
+  report_blocks(i);
 }
 
 void Scheduler::fail_active(const std::exception& ex) {
@@ -273,6 +313,8 @@ void Scheduler::fail_active(const std::exception& ex) {
     s.cache->truncate(0);
     s.cached.clear();
   }
+  for (size_t i = 0; i < slots_.size(); ++i) report_blocks(i);
+  flush_blocks();
 }
 
 void Scheduler::loop() {
@@ -321,6 +363,7 @@ void Scheduler::loop() {
         digests.insert(slots_[i].digest);
       }
     stats_.processing = static_cast<int64_t>(active.size());
+    flush_blocks();  // what admission and cancellations changed
     if (active.empty()) continue;
     lock.unlock();
     engine::StepResult r;
@@ -353,7 +396,9 @@ void Scheduler::loop() {
         s.job->push(std::move(e));
       }
       if (s.seq->finished()) finish(active[k]);
+      else report_blocks(active[k]);
     }
+    flush_blocks();
     int64_t kv = 0;
     for (const auto& s : slots_) {
       kv += s.cache->size();

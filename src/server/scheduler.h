@@ -8,6 +8,9 @@
 // same digest, and only the rest of its prompt is evaluated. KV computed under other adapters or
 // scales is never reused.
 //
+// KV-cache events (--kv-events): after every change of a slot's KV the scheduler reports the slot's
+// tokens to a KvBlockTracker (kv_blocks.h) and publishes what changed, one batch per step.
+//
 // Adapters not resident when a request arrives are built by the scheduler's loader thread while the
 // request waits in the queue (counted as waiting); the batching thread keeps stepping the others.
 #pragma once
@@ -23,6 +26,8 @@
 
 #include "graft/engine/engine.h"
 #include "server/job.h"
+#include "server/kv_blocks.h"
+#include "server/kv_events.h"
 
 namespace graft::server {
 
@@ -32,6 +37,8 @@ struct SchedulerOptions {
   int64_t batch_tokens = 512; // rows of one step at most (decoding rows always run)
   size_t queue_size = 64;     // waiting requests beyond the slots
   DType cache_type = runtime::kDefaultKVCacheType;  // KV cache storage of each slot
+  int64_t kv_block_size = 16;                       // tokens per reported block (--kv-block-size)
+  KvEventPublisher* kv_events = nullptr;            // --kv-events (not owned); null: none
 };
 
 // What /metrics and /slots read (a consistent snapshot).
@@ -42,6 +49,7 @@ struct SchedulerStats {
   int64_t requests_total = 0, requests_cancelled = 0;
   int64_t processing = 0, deferred = 0;
   int64_t kv_tokens = 0, kv_capacity = 0, n_tokens_max = 0;
+  int64_t kv_block_size = 0;  // tokens per block in KV events and vllm:cache_config_info
   // Adapter names (non-zero scale) of the requests in slots, and of those in the queue.
   std::vector<std::string> running_adapters, waiting_adapters;
   int64_t waiting_for_adapter = 0;  // queued requests whose adapters are being built
@@ -63,9 +71,10 @@ class Scheduler {
   void stop();
 
   SchedulerStats stats() const;
-  // Drops the per-adapter counters of adapters no longer registered (after an unload; a request
-  // still running with one drops its counters when it ends).
-  void prune_adapter_counters();
+  // After an adapter is unloaded or reloaded in place: drops the per-adapter counters of adapters
+  // no longer registered, and the cached KV of idle slots computed with an adapter no longer
+  // registered with the same content (a request still running with one drops both when it ends).
+  void adapters_changed();
   const SchedulerOptions& options() const { return opts_; }
 
  private:
@@ -73,6 +82,8 @@ class Scheduler {
     std::unique_ptr<runtime::KVCache> cache;
     std::vector<int32_t> cached;  // tokens whose KV the cache holds
     engine::Digest digest{};
+    LoraTag lora;  // the adapters that computed the KV, as KV events name them
+    std::vector<std::pair<int64_t, engine::Digest>> contents;  // their ids and content digests
     std::shared_ptr<CompletionJob> job;
     std::unique_ptr<engine::Sequence> seq;
     int64_t last_used = 0;
@@ -88,6 +99,10 @@ class Scheduler {
   // Sends the final event and frees the slot; `why` makes it an error (timeout, shutdown).
   void finish(size_t slot, const char* why = nullptr);
   void fail_active(const std::exception& e);
+  // Forgets the cached KV of a free slot whose adapters are no longer registered as they were.
+  void drop_if_stale(Slot& s, const std::vector<engine::AdapterInfo>& registered);
+  void report_blocks(size_t slot);  // the slot's KV to the block tracker (--kv-events)
+  void flush_blocks();              // publishes what report_blocks collected, as one batch
 
   engine::Engine& engine_;
   SchedulerOptions opts_;
@@ -100,6 +115,8 @@ class Scheduler {
   bool stopping_ = false;
   int64_t clock_ = 0;
   SchedulerStats stats_;
+  std::unique_ptr<KvBlockTracker> blocks_;  // with --kv-events
+  std::vector<KvBlockEvent> pending_;       // events of the current step
   std::thread thread_, loader_;
 };
 

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -163,6 +164,10 @@ void check_options(const ServerOptions& o, const engine::EngineOptions& eo) {
   for (const auto& [opt, dir] : {std::pair{"--lora-root", o.lora_root}, std::pair{"--lora-dir", o.lora_dir}})
     if (!dir.empty() && !std::filesystem::is_directory(dir))
       fail_as(ErrorKind::kBadRequest, opt, " '", dir, "' is not a directory");
+  if (o.kv_block_size < 1 || o.kv_block_size > 4096)
+    fail_as(ErrorKind::kBadRequest, "--kv-block-size must be in [1, 4096], got ", o.kv_block_size);
+  if (o.kv_events.empty() && (!o.kv_events_replay.empty() || !o.kv_events_topic.empty()))
+    fail_as(ErrorKind::kBadRequest, "--kv-events-replay and --kv-events-topic are only used with --kv-events ENDPOINT");
   if (o.pooling && !o.embeddings)
     fail_as(ErrorKind::kBadRequest, "--pooling is only used with --embeddings");
   if (o.fuse && (o.allow_runtime_lora || !o.lora_dir.empty() || eo.residency.max_adapters || eo.residency.max_bytes))
@@ -276,7 +281,9 @@ void load(State& st, const ServerOptions& o, const engine::EngineOptions& eo) {
                                                                            .slot_ctx = st.slot_ctx,
                                                                            .batch_tokens = o.batch_size,
                                                                            .queue_size = o.queue_size,
-                                                                           .cache_type = o.cache_type});
+                                                                           .cache_type = o.cache_type,
+                                                                           .kv_block_size = o.kv_block_size,
+                                                                           .kv_events = st.kv_events.get()});
   if (o.embeddings) st.pooling = o.pooling ? *o.pooling : engine::default_pooling(m.config);
   print_adapters(st);
   std::fprintf(stderr, "graft serve: ready (%d slots x %lld tokens, kv cache %s, %zu adapter(s)%s) | activations: %s | %s\n",
@@ -284,6 +291,22 @@ void load(State& st, const ServerOptions& o, const engine::EngineOptions& eo) {
                st.engine->adapters().size(), adapter_summary(st, o).c_str(), st.activations.c_str(),
                runtime::describe_kernels(m.weights).c_str());
   st.ready = true;  // after the line above, so a client that sees ready also finds the line in the log
+}
+
+// The KV-event publisher of --kv-events, its sockets open (a refused endpoint is a startup error,
+// before the HTTP port is bound). The default topic names this host and the model, as llm-d reads it.
+std::unique_ptr<KvEventPublisher> open_kv_events(const ServerOptions& o, const std::string& model_name) {
+  std::string topic = o.kv_events_topic;
+  if (topic.empty()) {
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    topic = "kv@" + std::string(host) + "@" + model_name;
+  }
+  auto events = std::make_unique<KvEventPublisher>(KvEventOptions{o.kv_events, o.kv_events_replay, topic});
+  std::fprintf(stderr, "graft serve: KV events on %s (%s), topic '%s', blocks of %lld tokens%s%s\n", o.kv_events.c_str(),
+               binds(o.kv_events) ? "bound" : "connected", topic.c_str(), static_cast<long long>(o.kv_block_size),
+               o.kv_events_replay.empty() ? "" : ", replay on ", o.kv_events_replay.c_str());
+  return events;
 }
 
 }  // namespace
@@ -304,6 +327,7 @@ int run_server(const ServerOptions& o, engine::EngineOptions eo) {
   st.model_name = o.alias.empty() ? model_id(eo.model) : o.alias;
   st.routes_by_name = o.allow_runtime_lora || !o.lora_dir.empty() ||
                       std::any_of(eo.adapter_names.begin(), eo.adapter_names.end(), [](const auto& n) { return !n.empty(); });
+  if (!o.kv_events.empty()) st.kv_events = open_kv_events(o, st.model_name);
   HttpServer svr(http_workers(o));
   add_guards(svr, st);
   add_completion_routes(svr, st);

@@ -41,6 +41,7 @@ struct State {
   bool routes_by_name = false;
   std::atomic<bool> ready{false};
   std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<KvEventPublisher> kv_events;  // --kv-events; outlives the scheduler that publishes
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<text::ChatPrompt> chat;
   int64_t slot_ctx = 0;

@@ -28,11 +28,12 @@
 #include <vector>
 
 #include "graft/adapter/weight_adapter.h"
+#include "graft/io/hash.h"
 #include "graft/runtime/lora.h"
 
 namespace graft::engine {
 
-using Digest = std::array<uint8_t, 32>;  // SHA-256
+using Digest = io::Sha256Digest;
 std::string digest_hex(const Digest& d);
 
 // SHA-256 over the bytes of a file, or over every regular file of a directory in name order (each

@@ -35,6 +35,10 @@ struct ServerOptions {
   bool embeddings = false;          // serve /v1/embeddings and /embedding(s) (llama-server's --embeddings)
   std::string log_format = "text";  // the access log on stderr: text | json | none (server/access_log.h)
   std::optional<engine::Pooling> pooling;  // --pooling (default: the model's, else last)
+  // KV-cache events in vLLM's format (server/kv_events.h): a ZeroMQ endpoint ("" none), the
+  // replay socket ("" none), the topic ("" : kv@<hostname>@<model name>), tokens per block.
+  std::string kv_events, kv_events_replay, kv_events_topic;
+  int64_t kv_block_size = 16;
 };
 
 // Checks the model and adapters, listens (answering /health with 503 while the model loads),
