@@ -28,6 +28,8 @@ GRAFT_SERVE_FLAGS = {
     # server
     "--host", "--port", "--parallel", "--batch-size", "-b", "--queue-size", "--api-key", "--alias",
     "--timeout", "--body-limit", "--metrics",
+    # KV-cache events
+    "--kv-events", "--kv-events-replay", "--kv-events-topic", "--kv-block-size",
     # model
     "-m", "--model", "--threads", "-t", "--ctx-size", "-c", "--cache-type", "--dtype", "--q-bits",
     "--q-group-size", "--no-mmap", "--merge-policy", "--fuse-dense", "--fuse-requantize", "--lora-dtype",
@@ -324,7 +326,7 @@ def check_metric_mapping(docs):
     graft = engines[engine_label]
     for key, name in EXPECTED_METRICS.items():
         assert graft.get(key) == name, f"engineConfigs {engine_label}.{key} = {graft.get(key)!r}, graft exports {name}"
-    assert graft.get("cacheInfoSpec", None) == "", "cacheInfoSpec must be '' (graft has no vllm:cache_config_info)"
+    assert graft.get("cacheInfoSpec", None) == "vllm:cache_config_info", "cacheInfoSpec: graft's vllm:cache_config_info"
     for key, name in RESIDENCY_METRICS.items():
         assert graft.get(key, name) == name, f"engineConfigs {engine_label}.{key}"
     source = plugin(cfg, "metrics-data-source").get("parameters") or {}
@@ -458,6 +460,7 @@ BREAKAGES = [
     (check_metric_mapping, "ConfigMap", _epp_cfg(lambda c: _extractor(c).__setitem__("loraSpec", "llamacpp:lora_info"))),
     (check_metric_mapping, "ConfigMap", _epp_cfg(lambda c: _extractor(c).__setitem__("kvUsageSpec", "llamacpp:kv_cache_usage_ratio"))),
     (check_metric_mapping, "ConfigMap", _epp_cfg(lambda c: _extractor(c).__setitem__("name", "vllm2"))),
+    (check_metric_mapping, "ConfigMap", _epp_cfg(lambda c: _extractor(c).__setitem__("cacheInfoSpec", ""))),
     (check_scheduling_profile, "ConfigMap", _epp_cfg(lambda c: c["schedulingProfiles"][0]["plugins"].pop())),
 ]
 
