@@ -16,8 +16,10 @@ fails with the reason; give the worker the model's own Hugging Face files (--hf-
 import hashlib
 import json
 import os
+import shutil
 import struct
 import sys
+import tempfile
 
 GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 LLAMA3 = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
@@ -148,8 +150,14 @@ def cached_export(gguf_path, cache_root=None):
     key = hashlib.sha256(f"{os.path.abspath(gguf_path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
     root = cache_root or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "graft-dynamo")
     out = os.path.join(root, f"{os.path.basename(gguf_path).removesuffix('.gguf')}-{key}")
-    if not os.path.exists(os.path.join(out, "generation_config.json")):
-        export(gguf_path, out)
+    if not os.path.exists(out):  # written aside, then renamed: workers starting together may race
+        os.makedirs(root, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=root, prefix=".export-")
+        export(gguf_path, tmp)
+        try:
+            os.rename(tmp, out)
+        except OSError:  # another process got there first
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -33,7 +34,8 @@ import aiohttp
 from dynamo.common.backend import EngineConfig, LLMEngine, LlmRegistration, WorkerConfig
 from dynamo.common.backend.publisher import ZmqSource
 from dynamo.common.backend.run import run
-from dynamo.llm import ModelInput, ModelType, WorkerType, register_model
+from dynamo.llm import ModelInput, ModelType, WorkerType, register_model, unregister_model
+from dynamo.llm.exceptions import EngineShutdown, InvalidArgument, StreamIncomplete
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_hf  # noqa: E402
@@ -63,6 +65,8 @@ class GraftEngine(LLMEngine):
         self.served = args.served_model_name
         self.hf_dir = args.hf_dir
         self.loras = []
+        self.watchdog = None
+        self.endpoint = None
 
     @classmethod
     async def from_args(cls, argv=None):
@@ -148,6 +152,7 @@ class GraftEngine(LLMEngine):
         n_ctx = props["default_generation_settings"]["n_ctx"]
         slots = props.get("total_slots", 1)
         bs = self.args.kv_block_size
+        self.watchdog = asyncio.get_running_loop().create_task(self._watch())
         log.info("graft at %s: base %s, adapters %s, %d slots of %d tokens, KV events %s", self.url, self.base,
                  graft_loras, slots, n_ctx, self.kv_endpoint)
         return EngineConfig(model=self.hf_dir, served_model_name=self.served,
@@ -155,18 +160,64 @@ class GraftEngine(LLMEngine):
                                                 total_kv_blocks=slots * n_ctx // bs, max_num_seqs=slots,
                                                 max_gpu_lora_count=len(self.loras) or None))
 
+    async def _watch(self):
+        # A worker whose graft is gone leaves discovery (SIGTERM: the Rust Worker unregisters, drains
+        # and exits), so the router stops choosing it; requests caught in between fail over by the
+        # frontend's --migration-limit.
+        misses = 0
+        while True:
+            await asyncio.sleep(1.0)
+            if self.proc is not None and self.proc.poll() is not None:
+                misses = 3
+            else:
+                try:
+                    misses = 0 if (await self._get("/health"))[0] == 200 else misses + 1
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    misses += 1
+            if misses >= 3:
+                log.error("graft at %s is gone: this worker leaves", self.url)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
     async def kv_event_sources(self):
         return [ZmqSource(endpoint=self.kv_endpoint)] if self.kv_endpoint else []
 
     async def on_endpoint_ready(self, endpoint):
-        # Each adapter is a model card of its own on this endpoint, as Dynamo's vLLM worker registers
-        # a loaded LoRA (lora_name + base_model_path): the frontend then lists it and routes it only here.
+        self.endpoint = endpoint
         for name in self.loras:
-            await register_model(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, endpoint, self.hf_dir,
-                                 name, worker_type=WorkerType.Aggregated, kv_cache_block_size=self.args.kv_block_size,
-                                 user_data={"lora_adapter": True}, lora_name=name, base_model_path=self.hf_dir,
-                                 ignore_weights=True)
-            log.info("registered adapter %s", name)
+            await self._register_lora(name)
+
+    async def _register_lora(self, name):
+        # An adapter is a model card of its own on this endpoint, as Dynamo's vLLM worker registers a
+        # loaded LoRA (lora_name + base_model_path): the frontend lists it and, with DYN_LORA_ENABLED,
+        # sends its requests only to the workers that registered it.
+        await register_model(ModelInput.Tokens, ModelType.Chat | ModelType.Completions, self.endpoint, self.hf_dir,
+                             name, worker_type=WorkerType.Aggregated, kv_cache_block_size=self.args.kv_block_size,
+                             user_data={"lora_adapter": True}, lora_name=name, base_model_path=self.hf_dir,
+                             ignore_weights=True)
+        log.info("registered adapter %s", name)
+
+    def supported_updates(self):
+        return {"load_lora", "unload_lora"}
+
+    async def engine_update(self, update, body):
+        """POST /engine/update/load_lora {"lora_name", "lora_path"} (or unload_lora {"lora_name"}) on the
+        worker's system port (DYN_SYSTEM_PORT): graft's vLLM route, then the discovery card."""
+        name = body.get("lora_name")
+        if not isinstance(name, str) or not name:
+            return {"status": "error", "message": "lora_name is required"}
+        route = "/v1/load_lora_adapter" if update == "load_lora" else "/v1/unload_lora_adapter"
+        async with self.session.post(self.url + route, json=body) as r:
+            text = await r.text()
+        if r.status != 200:
+            return {"status": "error", "message": f"graft: {r.status} {text}"}
+        if update == "load_lora":
+            await self._register_lora(name)
+            self.loras.append(name)
+        else:
+            await unregister_model(self.endpoint, lora_name=name)
+            self.loras = [n for n in self.loras if n != name]
+        return {"status": "success", "message": text, "lora_name": name}
 
     def _body(self, request):
         so = request.get("sampling_options") or {}
@@ -191,33 +242,44 @@ class GraftEngine(LLMEngine):
         body = self._body(request)
         stop_ids = set(((request.get("stop_conditions") or {}).get("stop_token_ids")) or [])
         n_out = 0
-        async with self.session.post(self.url + "/completion", json=body) as r:
+        try:
+            r = await self.session.post(self.url + "/completion", json=body)
+        except aiohttp.ClientConnectionError as e:
+            raise EngineShutdown(f"graft at {self.url}: {e}") from e
+        async with r:
             if r.status != 200:
-                raise RuntimeError(f"graft answered {r.status}: {(await r.text())[:500]}")
-            async for raw in r.content:
-                line = raw.strip()
-                if not line.startswith(b"data: "):
-                    continue
-                ev = json.loads(line[6:])
-                toks = ev.get("tokens") or []
-                if stop_ids and any(t in stop_ids for t in toks):  # graft has no stop-token list
-                    toks = toks[: next(i for i, t in enumerate(toks) if t in stop_ids) + 1]
+                text = (await r.text())[:500]
+                raise (InvalidArgument if 400 <= r.status < 500 else EngineShutdown)(f"graft: {r.status} {text}")
+            try:
+                async for raw in r.content:
+                    line = raw.strip()
+                    if not line.startswith(b"data: "):
+                        continue
+                    ev = json.loads(line[6:])
+                    toks = ev.get("tokens") or []
+                    if stop_ids and any(t in stop_ids for t in toks):  # graft has no stop-token list
+                        toks = toks[: next(i for i, t in enumerate(toks) if t in stop_ids) + 1]
+                        n_out += len(toks)
+                        yield {"token_ids": toks, "index": 0, "finish_reason": "stop",
+                               "completion_usage": usage(len(body["prompt"]), n_out, None)}
+                        return
                     n_out += len(toks)
-                    yield {"token_ids": toks, "index": 0, "finish_reason": "stop",
-                           "completion_usage": usage(len(body["prompt"]), n_out, None)}
+                    if not ev.get("stop"):
+                        if toks:
+                            yield {"token_ids": toks, "index": 0}
+                        continue
+                    yield {"token_ids": toks, "index": 0, "finish_reason": FINISH.get(ev.get("stop_type"), "stop"),
+                           "completion_usage": usage(ev.get("tokens_evaluated", len(body["prompt"])),
+                                                     ev.get("tokens_predicted", n_out), ev.get("tokens_cached"))}
                     return
-                n_out += len(toks)
-                if not ev.get("stop"):
-                    if toks:
-                        yield {"token_ids": toks, "index": 0}
-                    continue
-                yield {"token_ids": toks, "index": 0, "finish_reason": FINISH.get(ev.get("stop_type"), "stop"),
-                       "completion_usage": usage(ev.get("tokens_evaluated", len(body["prompt"])),
-                                                 ev.get("tokens_predicted", n_out), ev.get("tokens_cached"))}
-                return
-        raise RuntimeError("graft's stream ended without its final event")
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
+                raise StreamIncomplete(f"graft at {self.url}: {e}") from e
+        raise StreamIncomplete("graft's stream ended without its final event")
 
     async def cleanup(self):
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
         if self.session is not None:
             await self.session.close()
             self.session = None
