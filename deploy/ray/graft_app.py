@@ -39,11 +39,11 @@ registers itself to be pickled by value, so worker nodes need not have this file
 """
 import argparse
 import asyncio
-import ctypes
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,12 +143,13 @@ def graft_command(cfg):
 
 
 def _die_with_parent():
-    """In the child before exec: SIGKILL when the thread that started it dies (Linux), so a replica
-    killed without its destructor leaves no graft behind."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    """A command prefix that makes the child get SIGKILL when the thread that started it dies
+    (Linux's PR_SET_PDEATHSIG, through util-linux's setpriv), so a replica killed without running
+    its destructor leaves no graft behind. Not a preexec_fn: Python code between fork and exec in a
+    Ray worker (gRPC and Ray's threads, Ray's fatal-signal handler) is not safe there; one such
+    child crashed before exec and its inherited alarm() later killed graft with SIGALRM."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 _LISTENING = re.compile(r"graft serve: listening on http://([^:\s]+):(\d+)")
@@ -157,8 +158,8 @@ _LISTENING = re.compile(r"graft serve: listening on http://([^:\s]+):(\d+)")
 def start_graft(cfg, log_path):
     """Starts `graft serve` with its output in `log_path`; returns (process, port) once /health is 200."""
     log = open(log_path, "wb")
-    proc = subprocess.Popen(graft_command(cfg), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    proc = subprocess.Popen(_die_with_parent() + graft_command(cfg), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
     log.close()
     deadline = time.monotonic() + cfg["start_timeout_s"]
     port = None

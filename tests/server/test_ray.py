@@ -39,7 +39,7 @@ PROMPT = "The three most important things about sailing are"
 FACTORS = [1.0, 1.5, 2.0, 0.5, 1.25, 1.75, 0.75]  # distinct greedy answers to PROMPT in TOKENS tokens
 NAMES = [f"ad{i}" for i in range(len(FACTORS))]
 REPLICAS, BUDGET = 3, 2
-SETTLE = 1.0  # seconds for a replica's adapter list to reach the ingress's router
+SETTLE = 1.5  # seconds for a replica's adapter list to reach the ingress's router (measured: 0.1-0.2 s)
 TOKENS = 12
 
 
