@@ -189,6 +189,14 @@ def complete(c, prompt, model=BASE, max_tokens=1, **extra):
     return r.json()
 
 
+def stored_events(c):
+    """BlockStored events the router's indexer has applied, over all workers."""
+    text = requests.get(c.url + "/metrics", timeout=10).text
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name.startswith("dynamo_component_kv_cache_events_applied")
+               and s.labels.get("event_type") == "stored" and s.labels.get("status") == "ok")
+
+
 def prompt_counts(c):
     return [counter(u, "llamacpp:prompt_tokens_total") for u in c.urls]
 
@@ -228,9 +236,9 @@ def test_frontend_tokenizer_is_grafts(cluster):
 
 
 def test_prefix_stays_on_its_replica(cluster):
-    before = prompt_counts(cluster)
+    before, events = prompt_counts(cluster), stored_events(cluster)
     complete(cluster, P)
-    time.sleep(1.0)  # the replica's BlockStored events reach the router
+    wait_for(lambda: stored_events(cluster) > events, "P's BlockStored events at the router", timeout=30)
     after = prompt_counts(cluster)
     grew = [i for i in range(N) if after[i] > before[i]]
     assert len(grew) == 1, (before, after)
@@ -240,7 +248,6 @@ def test_prefix_stays_on_its_replica(cluster):
                                 " Why did he read slowly?", " What burned in winter?", " Who climbed the stairs?"]):
         before = prompt_counts(cluster)
         complete(cluster, P + suffix)
-        time.sleep(0.5)
         after = prompt_counts(cluster)
         delta = [a - b for a, b in zip(after, before)]
         want = len(tokens(cluster, P + suffix)) - len(tokens(cluster, P))
