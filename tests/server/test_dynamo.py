@@ -12,8 +12,9 @@ suffix (its llamacpp:prompt_tokens_total), the others nothing; unrelated prompts
 replicas; the adapter reaches only the replica that has it; a replica killed outright costs no
 request (the frontend migrates, the replica's worker leaves discovery).
 
-Needs the ai-dynamo package (pip install ai-dynamo==1.6.1: see deploy/dynamo/README.md) importable by
-DYNAMO_PYTHON (default: this interpreter); skipped when it is not.
+Needs the ai-dynamo package (deploy/dynamo/README.md says how to install it) importable by
+DYNAMO_PYTHON, by default .venv-dynamo/bin/python in the source tree if there is one, else this
+interpreter; skipped when it is not.
 """
 import json
 import os
@@ -33,7 +34,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import BIN, MLX, MODEL, PEFT, SRC, START_TIMEOUT, free_port
 
-DYNAMO_PY = os.environ.get("DYNAMO_PYTHON", sys.executable)
+# ai-dynamo pins pydantic below the test venv's (Ray Serve's), so it lives in a venv of its own.
+DYNAMO_PY = os.environ.get("DYNAMO_PYTHON") or next(
+    (p for p in [os.path.join(SRC, ".venv-dynamo", "bin", "python")] if os.path.exists(p)), sys.executable)
 HERE = os.path.join(SRC, "deploy", "dynamo")
 BASE = "SmolLM2-135M-Instruct.Q4_1"
 N = 3
