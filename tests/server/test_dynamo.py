@@ -192,12 +192,17 @@ def complete(c, prompt, model=BASE, max_tokens=1, **extra):
     return r.json()
 
 
-def stored_events(c):
-    """BlockStored events the router's indexer has applied, over all workers."""
+def router_sum(c, name, **labels):
+    """The frontend's metric `name` summed over the series whose labels match (a callable tests one)."""
     text = requests.get(c.url + "/metrics", timeout=10).text
     return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-               if s.name.startswith("dynamo_component_kv_cache_events_applied")
-               and s.labels.get("event_type") == "stored" and s.labels.get("status") == "ok")
+               if s.name.startswith(name)
+               and all(v(s.labels.get(k)) if callable(v) else s.labels.get(k) == v for k, v in labels.items()))
+
+
+def stored_events(c):
+    """BlockStored events the router's indexer has applied, over all workers."""
+    return router_sum(c, "dynamo_component_kv_cache_events_applied", event_type="stored", status="ok")
 
 
 def prompt_counts(c):
@@ -246,7 +251,9 @@ def test_prefix_stays_on_its_replica(cluster):
     grew = [i for i in range(N) if after[i] > before[i]]
     assert len(grew) == 1, (before, after)
     r = grew[0]
-    assert after[r] - before[r] == len(tokens(cluster, P)), (before, after)
+    n_p = len(tokens(cluster, P))
+    assert after[r] - before[r] == n_p, (before, after)
+    cached = router_sum(cluster, "dynamo_component_router_kv_selected_cached_prefix_tokens")
     for k, suffix in enumerate([" What did he write about first?", " How often did the boat come?",
                                 " Why did he read slowly?", " What burned in winter?", " Who climbed the stairs?"]):
         before = prompt_counts(cluster)
@@ -255,6 +262,10 @@ def test_prefix_stays_on_its_replica(cluster):
         delta = [a - b for a, b in zip(after, before)]
         want = len(tokens(cluster, P + suffix)) - len(tokens(cluster, P))
         assert delta[r] == want and sum(delta) == want, (k, r, delta, want)
+    # The router chose r for P's full blocks, from graft's events, every time; and applied all of them.
+    assert router_sum(cluster, "dynamo_component_router_kv_selected_cached_prefix_tokens") - cached == 5 * (n_p // 16 * 16)
+    assert router_sum(cluster, "dynamo_component_kv_cache_events_applied", status=lambda v: v != "ok") == 0
+    assert router_sum(cluster, "dynamo_component_kv_cache_event_warnings") == 0
 
 
 def test_unrelated_prompts_spread(cluster):
