@@ -124,7 +124,7 @@ class GraftEngine(LLMEngine):
         self.proc = subprocess.Popen(cmd, stdout=out or sys.stderr, stderr=subprocess.STDOUT)
 
     async def _get(self, path):
-        async with self.session.get(self.url + path) as r:
+        async with self.session.get(self.url + path, timeout=aiohttp.ClientTimeout(total=10)) as r:
             return r.status, (await r.json(content_type=None) if r.status == 200 else await r.text())
 
     async def start(self, worker_id):
@@ -138,7 +138,7 @@ class GraftEngine(LLMEngine):
             try:
                 if (await self._get("/health"))[0] == 200:
                     break
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, asyncio.TimeoutError):
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"graft at {self.url} did not become ready")
