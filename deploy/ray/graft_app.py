@@ -117,10 +117,10 @@ def make_config(args=None):
 
 
 def base_model_names(cfg):
-    """The `model` values that mean the base model (no multiplexed id)."""
-    names = {"", os.path.basename(cfg["model"])}
-    stem = os.path.basename(cfg["model"].rstrip("/"))
-    names.add(stem[:-5] if stem.endswith(".gguf") else stem)
+    """The `model` values that mean the base model (no multiplexed id): none, the alias, the model
+    file's name with or without `.gguf` (graft's default id)."""
+    name = os.path.basename(cfg["model"].rstrip("/"))
+    names = {"", name, name[:-len(".gguf")] if name.endswith(".gguf") else name}
     if cfg["alias"]:
         names.add(cfg["alias"])
     return names
@@ -292,6 +292,10 @@ def _replica_deployment(cfg):
                 self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
             return self.session
 
+        def _post(self, path, body):
+            return self._session().post(self.url + path, data=body, headers={"Content-Type": "application/json"},
+                                        timeout=aiohttp.ClientTimeout(total=self.cfg["request_timeout_s"]))
+
         def post_blocking(self, path, body):
             req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
@@ -327,9 +331,7 @@ def _replica_deployment(cfg):
             if adapter:
                 adapter.inflight += 1
             try:
-                async with self._session().post(self.url + path, data=body,
-                                                headers={"Content-Type": "application/json"},
-                                                timeout=aiohttp.ClientTimeout(total=self.cfg["request_timeout_s"])) as r:
+                async with self._post(path, body) as r:
                     return {"status": r.status, "content_type": r.headers.get("Content-Type", "application/json"),
                             "body": await r.read(), "headers": self.headers}
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
@@ -349,9 +351,7 @@ def _replica_deployment(cfg):
                 adapter.inflight += 1
             started = False
             try:
-                async with self._session().post(self.url + path, data=body,
-                                                headers={"Content-Type": "application/json"},
-                                                timeout=aiohttp.ClientTimeout(total=self.cfg["request_timeout_s"])) as r:
+                async with self._post(path, body) as r:
                     yield {"status": r.status, "content_type": r.headers.get("Content-Type", "application/json"),
                            "headers": self.headers}
                     started = True
@@ -373,13 +373,13 @@ def _replica_deployment(cfg):
                 data = await r.json(content_type=None)
             base = [m for m in data.get("data", []) if m.get("owned_by") != "graft"][:1]
             base_id = base[0]["id"] if base else None
+            created = base[0].get("created", 0) if base else 0
             adapters = []
             if self.cfg["lora_root"]:
                 for name in sorted(os.listdir(self.cfg["lora_root"])):
                     if not name.startswith("."):
-                        adapters.append({"id": name, "object": "model", "created": base[0].get("created", 0) if base else 0,
-                                         "owned_by": "graft", "root": os.path.join(self.cfg["lora_root"], name),
-                                         "parent": base_id})
+                        adapters.append({"id": name, "object": "model", "created": created, "owned_by": "graft",
+                                         "root": os.path.join(self.cfg["lora_root"], name), "parent": base_id})
             return {"object": "list", "data": base + adapters}
 
         def info(self):
@@ -464,14 +464,15 @@ def _ingress_deployment(cfg):
                 delay = min(1.0, delay * 2)
 
         def _stream_response(self, head, gen):
+            if head.get("body") is not None:  # the replica's own answer (graft unreachable, a refused adapter)
+                return Response(head["body"], status_code=head["status"], media_type=head["content_type"],
+                                headers=head["headers"])
             if head["status"] != 200 or "text/event-stream" not in head["content_type"]:
-                async def whole():  # an error (or a non-stream) answer: send it as it came
+                async def whole():  # graft's error answer: passed on as it comes
                     async for chunk in gen:
                         yield chunk
                 return StreamingResponse(whole(), status_code=head["status"], media_type=head["content_type"],
-                                         headers=head["headers"]) if head.get("body") is None else \
-                    Response(head["body"], status_code=head["status"], media_type=head["content_type"],
-                             headers=head["headers"])
+                                         headers=head["headers"])
 
             async def chunks():
                 try:

@@ -262,9 +262,10 @@ def test_chat_and_streaming_pass_through(fleet):
     assert events[-1] == "[DONE]" and len(events) >= 3
     assert "".join(e["choices"][0]["text"] for e in events[:-1] if e["choices"]) == fleet.reference[NAMES[2]]
 
-    # Errors come back as graft gives them.
-    r = fleet.complete("no-such-adapter")
-    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error", r.text
+    # Errors come back as graft gives them, streamed or not.
+    for stream in (False, True):
+        r = fleet.complete("no-such-adapter", stream=stream)
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error", r.text
 
 
 def test_a_killed_graft_is_replaced_and_no_answer_is_wrong(fleet):
