@@ -180,6 +180,10 @@ def fleet(tmp_path_factory):
             left = graft_pids(root)
             kill_all(left)
             assert not left, f"graft processes left behind: {left}"
+            for name in os.listdir(log_dir):  # under ASan+UBSan: every graft's own report
+                with open(os.path.join(log_dir, name), errors="replace") as f:
+                    out = f.read()
+                assert "Sanitizer" not in out and "runtime error" not in out, (name, out[-4000:])
 
 
 def answer(r):
