@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev
                 libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev zlib1g-dev libssl-dev \
                 python3 python3-pip python3-venv python3-dev pybind11-dev libzmq3-dev libmsgpack-dev
 
-.PHONY: all deps browser-deps build asan models pyenv demo test test-all test-fast test-wheel bench clean fuzz
+.PHONY: all deps browser-deps build asan models pyenv dynamo-env demo test test-all test-fast test-wheel bench clean fuzz
 
 all: build
 
@@ -59,8 +59,22 @@ pyenv: .venv/.ready
 	.venv/bin/python -m pip install --quiet --disable-pip-version-check $(PY_TEST_PACKAGES)
 	touch $@
 
+# NVIDIA Dynamo (frontend + KV router) for tests/server/test_dynamo.py, in its own environment:
+# ai-dynamo-runtime pins pydantic below what Ray Serve brings into .venv. --no-deps skips
+# aisimulate, a stub whose install fetches from NVIDIA's index (unreachable; only Dynamo's planner
+# and simulators use it); the frontend's and worker's own needs follow (deploy/dynamo/README.md).
+DYNAMO_PACKAGES := ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
+DYNAMO_DEPS := uvloop "pydantic>=2.10.6,<=2.13.5" msgspec aiohttp pyzmq prometheus-client tokenizers
+dynamo-env: .venv-dynamo/.ready
+.venv-dynamo/.ready: Makefile
+	python3 -m venv .venv-dynamo
+	.venv-dynamo/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $(DYNAMO_PACKAGES)
+	.venv-dynamo/bin/python -m pip install --quiet --disable-pip-version-check $(DYNAMO_DEPS)
+	touch $@
+
 # The web page's test runs in a real headless Chromium with its WebDriver, from Debian's packages;
-# under `make test` it must run (GRAFT_REQUIRE_BROWSER: a missing browser fails, not skips).
+# under `make test` it must run (GRAFT_REQUIRE_BROWSER: a missing browser fails, not skips), as the
+# scale-out tests must find Ray Serve and Dynamo (GRAFT_REQUIRE_ENGINES).
 BROWSER_APT_PACKAGES := chromium chromium-driver
 browser-deps:
 	@missing=$$(for p in $(BROWSER_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -76,15 +90,15 @@ demo: build models
 # Every entry in the Release build, then the fast tier (ctest label `fast`: unit, reference, fuzz
 # replays, hostile files, the core server tests) under ASan+UBSan; docs/TESTING.md has the tiers and
 # their times. CTEST_ARGS passes more (e.g. CTEST_ARGS='-R engine').
-CTEST := GRAFT_REQUIRE_BROWSER=1 ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+CTEST := GRAFT_REQUIRE_BROWSER=1 GRAFT_REQUIRE_ENGINES=1 ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-test: build asan models pyenv browser-deps
+test: build asan models pyenv dynamo-env browser-deps
 	cd $(BUILD) && $(CTEST)
 	cd $(ASAN_BUILD) && $(SANITIZER_ENV) $(CTEST) -L fast
 
 # The nightly run: every entry under both builds (the golden SmolLM2 tests, the browser and every
 # server test under ASan+UBSan too).
-test-all: build asan models pyenv browser-deps
+test-all: build asan models pyenv dynamo-env browser-deps
 	cd $(BUILD) && $(CTEST)
 	cd $(ASAN_BUILD) && $(SANITIZER_ENV) $(CTEST)
 	$(MAKE) test-wheel
@@ -95,7 +109,7 @@ test-wheel: deps models
 	tests/python/wheel_check.sh $(MODEL)
 
 # Release build only (quicker while developing).
-test-fast: build models pyenv browser-deps
+test-fast: build models pyenv dynamo-env browser-deps
 	cd $(BUILD) && $(CTEST)
 
 # libFuzzer harnesses (tests/fuzz, clang + ASan + UBSan), each run FUZZ_SECONDS (default 10 min);
