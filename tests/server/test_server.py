@@ -537,6 +537,11 @@ def test_access_log_one_line_per_request():
         whole = s.complete(PROMPT, n=5, model="pirate")
         r = s.post("/completion", {"prompt": PROMPT, "n_predict": 3, "stream": True, "temperature": 0})
         assert r.status_code == 200 and "data: " in r.text
+        # A line is written once its response is sent, which for a stream may be a moment after the
+        # client has read it: wait for it, so the next request's line comes after.
+        deadline = time.time() + 10
+        while s.output().count('"method":"POST"') < 2 and time.time() < deadline:
+            time.sleep(0.05)
         assert s.get("/no/such/route").status_code == 404
     finally:
         assert s.stop() == 0, s.output()
