@@ -623,7 +623,7 @@ DOCUMENTED = {
     "llamacpp:kv_cache_tokens": "gauge", "llamacpp:requests_processing": "gauge",
     "llamacpp:requests_deferred": "gauge", "llamacpp:n_tokens_max": None,
     "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge", "vllm:kv_cache_usage_perc": "gauge",
-    "vllm:lora_requests_info": "gauge", "vllm:lora_adapter_loaded": "gauge",
+    "vllm:lora_requests_info": "gauge", "vllm:cache_config_info": "gauge", "vllm:lora_adapter_loaded": "gauge",
     "vllm:num_gpu_loaded_lora_adapters": "gauge", "vllm:num_cpu_loaded_lora_adapters": "gauge",
     "vllm:max_gpu_lora_adapters": "gauge", "vllm:lora_adapter_load_seconds": "histogram",
     "graft:lora_adapter_requests_total": "counter", "graft:lora_adapter_prompt_tokens_total": "counter",
