@@ -28,9 +28,10 @@ evaluated (llamacpp:prompt_tokens_total on every replica's /metrics, after - bef
 as a check), TTFT and latency p50/p99 per request, requests/s over the trace, requests per replica
 (graft:requests_total), and in the kv modes the hit rate the router expected: the prefix tokens it
 counted as cached on the replicas it chose (dynamo_component_router_kv_selected_cached_prefix_tokens),
-over the tokens requested. "bound" is the hit rate if every turn reused exactly its conversation's
-previous prompt (a first turn: the system prompt); reusing the previous answer's tokens as well can
-beat it.
+over the tokens requested, and the same for the replica holding the most
+(..._best_eligible_cached_prefix_tokens): equal when the router never traded cache for load. "bound"
+is the hit rate if every turn reused exactly its conversation's previous prompt (a first turn: the
+system prompt); reusing the previous answer's tokens as well can beat it.
 
   .venv/bin/python bench/bench_kv_routing.py [--graft build/graft] [--model M.gguf]
       [--dynamo-python .venv-dynamo/bin/python] [--modes kv,kv-no-events,round-robin,random]
@@ -357,12 +358,14 @@ def run_mode(args, mode, order, deadline):
     requested = sum(r["prompt"] for r in recs)
     evaluated = sum(delta("llamacpp:prompt_tokens_total"))
     cached = [r["cached"] for r in recs]
-    routed = metric(fafter, "dynamo_component_router_kv_selected_cached_prefix_tokens") - \
-        metric(fbefore, "dynamo_component_router_kv_selected_cached_prefix_tokens")
+    fdelta = lambda name: metric(fafter, name) - metric(fbefore, name)  # noqa: E731
+    routed = fdelta("dynamo_component_router_kv_selected_cached_prefix_tokens")
+    best = fdelta("dynamo_component_router_kv_best_eligible_cached_prefix_tokens")
     return {"mode": mode, "requests": len(recs), "errors": errors, "requested": requested, "evaluated": evaluated,
             "hit": 1 - evaluated / requested if requested else float("nan"),
             "hit_usage": (sum(cached) / requested) if requested and None not in cached else None,
             "router_cached": routed if mode.startswith("kv") else None,
+            "router_best": best if mode.startswith("kv") else None,
             "ttft50": pct([r["ttft"] for r in recs], 50), "ttft99": pct([r["ttft"] for r in recs], 99),
             "lat50": pct([r["latency"] for r in recs], 50), "lat99": pct([r["latency"] for r in recs], 99),
             "rps": len(recs) / wall if wall else float("nan"), "wall": wall, "start_s": start_s,
@@ -452,11 +455,12 @@ def main():
     same = all([r["reply"] for r in res["records"]] == [r["reply"] for r in results[0]["records"]] for res in results)
     print()
     print("| mode | requests | errors | prompt tokens requested | evaluated by graft | hit rate | hit rate (usage) "
-          "| router-expected hit rate | TTFT p50 / p99 ms | latency p50 / p99 ms | req/s | requests per replica |")
+          "| router-expected: chosen / best replica | TTFT p50 / p99 ms | latency p50 / p99 ms | req/s | requests per replica |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         hu = "–" if r["hit_usage"] is None else f"{r['hit_usage']:.3f}"
-        rc = "–" if r["router_cached"] is None else f"{r['router_cached'] / r['requested']:.3f}"
+        rc = "–" if r["router_cached"] is None else \
+            f"{r['router_cached'] / r['requested']:.3f} / {r['router_best'] / r['requested']:.3f}"
         print(f"| {r['mode']} | {r['requests']} | {len(r['errors'])} | {r['requested']} | {r['evaluated']:.0f} "
               f"| {r['hit']:.3f} | {hu} | {rc} | {r['ttft50'] * 1e3:.0f} / {r['ttft99'] * 1e3:.0f} "
               f"| {r['lat50'] * 1e3:.0f} / {r['lat99'] * 1e3:.0f} | {r['rps']:.2f} "
