@@ -182,9 +182,10 @@ void Scheduler::start(size_t i, std::shared_ptr<CompletionJob> job) {
   if (job->cache_prompt && !job->params.embedding && s.digest == job->adapters.digest)
     reuse = std::min<int64_t>(common_prefix(s.cached, job->prompt), cap);
   reuse = std::max<int64_t>(0, reuse);
-  if (job->leader) {
-    // A choice after the first: the longest prefix any slot holds under the same adapters (the
-    // leader's, running or finished), copied into this slot when longer than its own.
+  if (job->leader || (job->cache_prompt && !job->params.embedding)) {
+    // The longest prefix any slot holds under the same adapters (running or finished; for a choice
+    // after the first, its leader's), copied into this slot when longer than its own: a new
+    // conversation sharing a system prompt starts from it without overwriting the slot that has it.
     int64_t from = -1, len = reuse;
     for (size_t k = 0; k < slots_.size(); ++k) {
       if (k == i || slots_[k].digest != job->adapters.digest) continue;
@@ -236,18 +237,24 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
       ++it;
       continue;
     }
-    // The free slot with the longest reusable prefix under the same adapters; else the least
-    // recently used one (its cache is the least likely to be wanted again).
+    // A free slot that loses nothing (empty, or all it holds is a prefix of this prompt: a
+    // conversation going on), the longest such prefix first; else the free slot with the longest
+    // reusable prefix, ties to the least recently used one (its cache the least likely to be wanted
+    // again). start() then copies a longer prefix from any slot, so a new conversation takes an
+    // empty slot rather than one holding another conversation that shares its system prompt.
     int64_t best = -1, best_len = -1, best_age = 0;
+    bool best_keeps = false;
     for (size_t i = 0; i < slots_.size(); ++i) {
       const Slot& s = slots_[i];
       if (s.job) continue;
       const int64_t len =
           (job->cache_prompt && s.digest == job->adapters.digest) ? common_prefix(s.cached, job->prompt) : 0;
-      if (len > best_len || (len == best_len && s.last_used < best_age)) {
+      const bool keeps = job->cache_prompt && len == static_cast<int64_t>(s.cached.size());
+      if (keeps != best_keeps ? keeps : (len > best_len || (len == best_len && s.last_used < best_age))) {
         best = static_cast<int64_t>(i);
         best_len = len;
         best_age = s.last_used;
+        best_keeps = keeps;
       }
     }
     if (best < 0) break;

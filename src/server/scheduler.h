@@ -4,9 +4,10 @@
 // share each step. Requests beyond the slots wait in a bounded queue.
 //
 // Prompt cache: a slot keeps the tokens whose KV it holds and the digest of the adapter set that
-// computed them; a new request goes to the free slot sharing its longest token prefix under the
-// same digest, and only the rest of its prompt is evaluated. KV computed under other adapters or
-// scales is never reused.
+// computed them. A new request goes to a free slot that loses nothing (empty, or holding a prefix
+// of its prompt), else to the free slot sharing its longest token prefix under the same digest;
+// the longest prefix any slot holds under that digest is copied in, and only the rest of its
+// prompt is evaluated. KV computed under other adapters or scales is never reused.
 //
 // KV-cache events (--kv-events): after every change of a slot's KV the scheduler reports the slot's
 // tokens to a KvBlockTracker (kv_blocks.h) and publishes what changed, one batch per step.
