@@ -16,6 +16,11 @@ PYTHON=${PYTHON:-python3}
 mkdir -p "$DIR"
 log() { echo "[build_peers] $*" >&2; }
 launcher=$(command -v ccache >/dev/null && echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" || true)
+# PEER_CFLAGS: extra compiler flags for both peers. A VM may advertise AMX (cpuinfo's amx_tile,
+# amx_int8) whose tile instructions then fault: llama.cpp's native build uses them and dies with
+# SIGILL in ggml_backend_amx_mul_mat; PEER_CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" keeps
+# the rest of -march=native (an explicit -mno-* outranks what -march implies, in either order).
+PEER_CFLAGS=${PEER_CFLAGS:-}
 
 fetch() {  # fetch PYPI_NAME DIR_GLOB -> the unpacked sdist's directory
   local name=$1 glob=$2
@@ -33,7 +38,7 @@ build() {  # build SOURCE_DIR TARGET...
   if ! (cd "$src/build/bin" 2>/dev/null && ls "$@" >/dev/null 2>&1); then
     log "building $src (several minutes on 2 cores)"
     cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-          -DLLAMA_BUILD_TESTS=OFF $launcher >/dev/null
+          -DLLAMA_BUILD_TESTS=OFF -DCMAKE_C_FLAGS="$PEER_CFLAGS" -DCMAKE_CXX_FLAGS="$PEER_CFLAGS" $launcher >/dev/null
     cmake --build "$src/build" -j"$(nproc)" --target "$@" >/dev/null
   fi
   echo "$src/build/bin"

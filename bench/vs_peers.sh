@@ -16,8 +16,12 @@
 # - Prints a Markdown table: medians (min-max) over the rounds, the machine, graft's kernel path and
 #   the three versions. Raw rows go to OUT (default /tmp/vs_peers.tsv).
 #
-# Not yet here (issue 35 item 1's rest): decode at depth 4096 (llama-bench -d, ik's
-# llama-sweep-bench), the -fmoe/-muge runs of a MoE file. Give MoE and 8B files as FILEs like any other.
+# - DEPTH=N (default 0: off) adds decode at depth N: tg128 after N tokens of context (llama-bench
+#   -p 0 -n 128 -d N for llama.cpp; ik's llama-bench has no -d, so its llama-sweep-bench -c N+512
+#   -ub 512 -n 128, the row N_KV = N, at its better -rtr; graft generate on a prompt of about N
+#   tokens, the bench sentence repeated, with --ctx-size N + 256). Its GB/s counts the weights only,
+#   not the KV cache read at that depth.
+# Not yet here: the -fmoe/-muge runs of a MoE file. Give MoE and 8B files as FILEs like any other.
 set -euo pipefail
 ROUNDS=${1:?ROUNDS}
 THREADS=${2:?THREADS}
@@ -30,6 +34,7 @@ PEERS=${PEERS:-/work/peers}
 G=${GRAFT:-$ROOT/build/graft}
 GB=${GRAFT_BENCH:-$ROOT/build/graft_bench}
 OUT=${OUT:-/tmp/vs_peers.tsv}
+DEPTH=${DEPTH:-0}
 LLAMA=$(ls -d "$PEERS"/llama_cpp_python-*/vendor/llama.cpp/build/bin | head -1)
 IK=$(ls -d "$PEERS"/ik_llama_cpp_python-*/vendor/ik_llama.cpp/build/bin | head -1)
 for b in "$LLAMA/llama-bench" "$IK/llama-bench" "$G" "$GB"; do
@@ -37,12 +42,19 @@ for b in "$LLAMA/llama-bench" "$IK/llama-bench" "$G" "$GB"; do
 done
 export LD_LIBRARY_PATH="$LLAMA:$IK:${LD_LIBRARY_PATH:-}"
 P=$(bench_prompt)
+# About DEPTH tokens: the 513-token prompt is 32 sentences of 16 tokens (and a BOS-less start).
+PD=$(for _ in $(seq $((DEPTH / 16))); do printf 'The history of computing is long and varied, and every machine has its story. '; done)
 : >"$OUT"
 rec() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$OUT"; }  # round threads file figure engine value
 lb() {  # lb BIN FILE THREADS -> "pp tg" tokens/s (pp512, tg128), extra llama-bench options after
   local bin=$1 f=$2 t=$3; shift 3
   LD_LIBRARY_PATH="$bin" "$bin/llama-bench" -m "$f" -t "$t" -p 512 -n 128 -r 1 "$@" -o json 2>/dev/null |
     python3 -c 'import json,sys; r=json.load(sys.stdin); print(*[round(x["avg_ts"],2) for x in r])'
+}
+sweep() {  # ik's llama-sweep-bench FILE THREADS [options]: S_TG (tg128 tokens/s) of its row N_KV = DEPTH
+  local f=$1 t=$2; shift 2
+  LD_LIBRARY_PATH="$IK" "$IK/llama-sweep-bench" -m "$f" -t "$t" -c $((DEPTH + 512)) -ub 512 -n 128 "$@" 2>&1 |
+    awk -F'|' -v d="$DEPTH" '$4 + 0 == d && $3 + 0 > 0 { gsub(/ /, "", $8); print $8; exit }'
 }
 roofline() {
   "$GB" --benchmark_filter=BM_ReadRoofline --benchmark_format=json 2>/dev/null |
@@ -66,6 +78,15 @@ for r in $(seq "$ROUNDS"); do
       rec "$r" "$t" "$name" pp512 graft "$(field prompt <<<"$line")"
       rec "$r" "$t" "$name" tg128 graft "$(field generated <<<"$line")"
       rec "$r" "$t" "$name" MB_per_token graft "$(sed -E 's/.*weights read per token: ([0-9.]+) MB.*/\1/' <<<"$line")"
+      if [ "$DEPTH" -gt 0 ]; then
+        fig="tg128@d$DEPTH"
+        rec "$r" "$t" "$name" "$fig" llama.cpp "$(lb "$LLAMA" "$f" "$t" -d "$DEPTH" -p 0)"
+        read -r d0 < <(sweep "$f" "$t" -rtr 0)
+        read -r d1 < <(sweep "$f" "$t" -rtr 1)
+        rec "$r" "$t" "$name" "$fig" ik_llama.cpp "$(python3 -c "print(max(${d0:-0}, ${d1:-0}))")"
+        line=$("$G" generate -m "$f" -p "$PD" -c $((DEPTH + 256)) --temp 0 -n 128 --ignore-eos -t "$t" 2>&1 >/dev/null | tail -1)
+        rec "$r" "$t" "$name" "$fig" graft "$(field generated <<<"$line")"
+      fi
     done
   done
 done

@@ -31,13 +31,14 @@ def main(path):
     keys = sorted({(f, t) for (t, f, fig, e) in rows if f != "-"}, key=lambda k: (k[0], int(k[1])))
     for f, t in keys:
         mb = statistics.median(rows[(t, f, "MB_per_token", "graft")] or [0])
-        for fig in ("pp512", "tg128"):
+        depth = sorted({fig for (t2, f2, fig, e) in rows if f2 == f and t2 == t and fig.startswith("tg128@")})
+        for fig in ["pp512", "tg128"] + depth:
             cells, med = [], {}
             for e in ENGINES:
                 xs = rows[(t, f, fig, e)]
                 med[e] = statistics.median(xs) if xs else None
                 cell = stat(xs)
-                if fig == "tg128" and xs and mb and t in roof:
+                if fig.startswith("tg128") and xs and mb and t in roof:  # weights only (not the KV at depth)
                     gbs = med[e] * mb / 1000
                     cell += f"<br>{gbs:.1f} GB/s, {100 * gbs / roof[t]:.0f} %"
                 cells.append(cell)
