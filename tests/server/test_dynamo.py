@@ -173,7 +173,7 @@ def counter(url, name, **labels):
 def cluster():
     missing = dynamo_missing()
     if missing:
-        assert not os.environ.get("GRAFT_REQUIRE_ENGINES"), f"make test needs ai-dynamo (make dynamo-env): {missing}"
+        assert not os.environ.get("GRAFT_REQUIRE_ENGINES"), f"make test-all needs ai-dynamo (make engines-env): {missing}"
         pytest.skip(f"ai-dynamo is not importable by {DYNAMO_PY} ({missing}); "
                     "set DYNAMO_PYTHON to a Python with ai-dynamo==1.6.1 (deploy/dynamo/README.md)")
     tmp = tempfile.mkdtemp(prefix="graft-dynamo-test-")
