@@ -53,7 +53,8 @@ lb() {  # lb BIN FILE THREADS -> "pp tg" tokens/s (pp512, tg128), extra llama-be
 }
 sweep() {  # ik's llama-sweep-bench FILE THREADS [options]: S_TG (tg128 tokens/s) of its row N_KV = DEPTH
   local f=$1 t=$2; shift 2
-  LD_LIBRARY_PATH="$IK" "$IK/llama-sweep-bench" -m "$f" -t "$t" -c $((DEPTH + 512)) -ub 512 -n 128 "$@" 2>&1 |
+  # It writes llama.log into the working directory: run it in a scratch one.
+  (cd "${TMPDIR:-/tmp}" && LD_LIBRARY_PATH="$IK" "$IK/llama-sweep-bench" -m "$f" -t "$t" -c $((DEPTH + 512)) -ub 512 -n 128 "$@" 2>&1) |
     awk -F'|' -v d="$DEPTH" '$4 + 0 == d && $3 + 0 > 0 { gsub(/ /, "", $8); print $8; exit }'
 }
 roofline() {
@@ -80,9 +81,10 @@ for r in $(seq "$ROUNDS"); do
       rec "$r" "$t" "$name" MB_per_token graft "$(sed -E 's/.*weights read per token: ([0-9.]+) MB.*/\1/' <<<"$line")"
       if [ "$DEPTH" -gt 0 ]; then
         fig="tg128@d$DEPTH"
-        rec "$r" "$t" "$name" "$fig" llama.cpp "$(lb "$LLAMA" "$f" "$t" -d "$DEPTH" -p 0)"
-        read -r d0 < <(sweep "$f" "$t" -rtr 0)
-        read -r d1 < <(sweep "$f" "$t" -rtr 1)
+        # (llama-bench keeps its -p 512 beside -p 0: the last figure is tg128 at depth)
+        rec "$r" "$t" "$name" "$fig" llama.cpp "$(lb "$LLAMA" "$f" "$t" -d "$DEPTH" | awk '{print $NF}')"
+        d0=$(sweep "$f" "$t" || true)  # (sweep-bench's -rtr is a flag)
+        d1=$(sweep "$f" "$t" -rtr || true)
         rec "$r" "$t" "$name" "$fig" ik_llama.cpp "$(python3 -c "print(max(${d0:-0}, ${d1:-0}))")"
         line=$("$G" generate -m "$f" -p "$PD" -c $((DEPTH + 256)) --temp 0 -n 128 --ignore-eos -t "$t" 2>&1 >/dev/null | tail -1)
         rec "$r" "$t" "$name" "$fig" graft "$(field generated <<<"$line")"
