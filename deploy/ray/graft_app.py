@@ -246,8 +246,160 @@ class LoadedAdapter:
             print(f"graft_app: unloading {self.name!r} failed: {e}", file=sys.stderr)
 
 
+class ReplicaCore:
+    """One graft serve process and the requests forwarded to it: everything GraftReplica does but Ray's
+    multiplexed loader, whose N is fixed when the deployment class is made (_replica_deployment)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.closing = False
+        self.replica_id = serve.get_replica_context().replica_id.unique_id
+        log_dir = cfg["log_dir"] or tempfile.mkdtemp(prefix="graft-ray-")
+        os.makedirs(log_dir, exist_ok=True)
+        self.log_path = os.path.join(log_dir, f"graft-{self.replica_id}.log")
+        self.proc, self.port = start_graft(cfg, self.log_path)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.session = None
+        self.headers = {"x-graft-replica": self.replica_id}
+        if cfg["debug"]:
+            self.headers.update({"x-graft-pid": str(self.proc.pid), "x-graft-port": str(self.port)})
+
+    async def load_adapter(self, name: str):
+        """Ray's multiplexed loader (GraftReplica.get_adapter): registers `name` from the adapter root in
+        graft; raises AdapterLoadError with graft's answer when graft refuses it."""
+        if "/" in name or name in (".", "..") or not self.cfg["lora_root"]:
+            raise AdapterLoadError(404, _error_body(404, f"unknown model '{name}'", "not_found_error"),
+                                   "application/json")
+        async with self._session().post(self.url + "/v1/load_lora_adapter",
+                                        json={"lora_name": name, "lora_path": name},
+                                        timeout=aiohttp.ClientTimeout(total=self.cfg["request_timeout_s"])) as r:
+            body = await r.read()
+            if r.status != 200:
+                raise AdapterLoadError(r.status, body, r.headers.get("Content-Type", "application/json"))
+        return LoadedAdapter(self, name)
+
+    def _session(self):
+        if self.session is None:
+            self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        return self.session
+
+    def _post(self, path, body):
+        return self._session().post(self.url + path, data=body, headers={"Content-Type": "application/json"},
+                                    timeout=aiohttp.ClientTimeout(total=self.cfg["request_timeout_s"]))
+
+    def post_blocking(self, path, body):
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status
+
+    def _gone(self, what):
+        """The answer when graft cannot be reached: 503, marked for the ingress to retry."""
+        rc = self.proc.poll()
+        state = f"exited with {rc}" if rc is not None else "not answering"
+        msg = f"graft replica {self.replica_id}: graft {state} ({what})"
+        return {"status": 503, "content_type": "application/json", "retry": True,
+                "body": _error_body(503, msg, "unavailable_error"), "headers": self.headers}
+
+    async def _adapter(self):
+        """(adapter or None, error answer or None) for this request's multiplexed model id."""
+        name = serve.get_multiplexed_model_id()
+        if not name:
+            return None, None
+        try:
+            return await self.get_adapter(name), None
+        except AdapterLoadError as e:
+            return None, {"status": e.status, "content_type": e.content_type, "body": e.body,
+                          "headers": self.headers}
+        except aiohttp.ClientError as e:
+            return None, self._gone(f"loading adapter {name}: {e}")
+
+    async def forward(self, path: str, body: bytes):
+        """One request to graft; the whole answer as {status, content_type, body, headers}."""
+        adapter, err = await self._adapter()
+        if err:
+            return err
+        if adapter:
+            adapter.inflight += 1
+        try:
+            async with self._post(path, body) as r:
+                return {"status": r.status, "content_type": r.headers.get("Content-Type", "application/json"),
+                        "body": await r.read(), "headers": self.headers}
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            return self._gone(f"{type(e).__name__}: {e}")
+        finally:
+            if adapter:
+                adapter.inflight -= 1
+
+    async def forward_stream(self, path: str, body: bytes):
+        """The same as a stream: first a dict {status, content_type, headers}, then the body's chunks
+        as graft sends them."""
+        adapter, err = await self._adapter()
+        if err:
+            yield err
+            return
+        if adapter:
+            adapter.inflight += 1
+        started = False
+        try:
+            async with self._post(path, body) as r:
+                yield {"status": r.status, "content_type": r.headers.get("Content-Type", "application/json"),
+                       "headers": self.headers}
+                started = True
+                async for chunk in r.content.iter_any():
+                    yield chunk
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            gone = self._gone(f"{type(e).__name__}: {e}")
+            if not started:
+                yield gone
+            else:
+                yield _sse_error(json.loads(gone["body"])["error"]["message"])
+        finally:
+            if adapter:
+                adapter.inflight -= 1
+
+    async def models(self):
+        """OpenAI /v1/models: graft's base model entry, then every entry of the adapter root."""
+        async with self._session().get(self.url + "/v1/models", timeout=aiohttp.ClientTimeout(total=30)) as r:
+            data = await r.json(content_type=None)
+        base = [m for m in data.get("data", []) if m.get("owned_by") != "graft"][:1]
+        base_id = base[0]["id"] if base else None
+        created = base[0].get("created", 0) if base else 0
+        adapters = []
+        if self.cfg["lora_root"]:
+            for name in sorted(os.listdir(self.cfg["lora_root"])):
+                if not name.startswith("."):
+                    adapters.append({"id": name, "object": "model", "created": created, "owned_by": "graft",
+                                     "root": os.path.join(self.cfg["lora_root"], name), "parent": base_id})
+        return {"object": "list", "data": base + adapters}
+
+    def info(self):
+        """This replica: its id, graft's pid and port, the adapters Ray holds here (LRU order)."""
+        wrapper = getattr(self, "__serve_multiplex_wrapper", None)
+        return {"replica": self.replica_id, "pid": self.proc.pid, "port": self.port,
+                "node": ray.util.get_node_ip_address(), "alive": self.proc.poll() is None,
+                "adapters": list(wrapper.models) if wrapper else []}
+
+    async def check_health(self):
+        rc = self.proc.poll()
+        if rc is not None:
+            raise RuntimeError(f"graft serve exited with {rc}: {_tail(self.log_path, 1000)}")
+
+    def __del__(self):
+        self.closing = True
+        proc = getattr(self, "proc", None)
+        if proc is not None:
+            stop_process(proc)
+        session = getattr(self, "session", None)
+        if session is not None and not session.closed:
+            try:
+                asyncio.get_running_loop().create_task(session.close())
+            except RuntimeError:
+                pass
+
+
 def _replica_deployment(cfg):
-    """The GraftReplica deployment for `cfg` (Ray's multiplexed N is fixed when the class is made)."""
+    """The GraftReplica deployment for `cfg`: ReplicaCore with Ray's multiplexed adapter loader."""
 
     @serve.deployment(
         name="GraftReplica",
@@ -259,152 +411,10 @@ def _replica_deployment(cfg):
         graceful_shutdown_wait_loop_s=0.5,
         ray_actor_options={"num_cpus": cfg["replica_num_cpus"]},
     )
-    class GraftReplica:
-        def __init__(self, cfg):
-            self.cfg = cfg
-            self.closing = False
-            self.replica_id = serve.get_replica_context().replica_id.unique_id
-            log_dir = cfg["log_dir"] or tempfile.mkdtemp(prefix="graft-ray-")
-            os.makedirs(log_dir, exist_ok=True)
-            self.log_path = os.path.join(log_dir, f"graft-{self.replica_id}.log")
-            self.proc, self.port = start_graft(cfg, self.log_path)
-            self.url = f"http://127.0.0.1:{self.port}"
-            self.session = None
-            self.headers = {"x-graft-replica": self.replica_id}
-            if cfg["debug"]:
-                self.headers.update({"x-graft-pid": str(self.proc.pid), "x-graft-port": str(self.port)})
-
+    class GraftReplica(ReplicaCore):
         @serve.multiplexed(max_num_models_per_replica=cfg["max_loras"])
         async def get_adapter(self, name: str):
-            if "/" in name or name in (".", "..") or not self.cfg["lora_root"]:
-                raise AdapterLoadError(404, _error_body(404, f"unknown model '{name}'", "not_found_error"),
-                                       "application/json")
-            async with self._session().post(self.url + "/v1/load_lora_adapter",
-                                            json={"lora_name": name, "lora_path": name},
-                                            timeout=aiohttp.ClientTimeout(total=self.cfg["request_timeout_s"])) as r:
-                body = await r.read()
-                if r.status != 200:
-                    raise AdapterLoadError(r.status, body, r.headers.get("Content-Type", "application/json"))
-            return LoadedAdapter(self, name)
-
-        def _session(self):
-            if self.session is None:
-                self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-            return self.session
-
-        def _post(self, path, body):
-            return self._session().post(self.url + path, data=body, headers={"Content-Type": "application/json"},
-                                        timeout=aiohttp.ClientTimeout(total=self.cfg["request_timeout_s"]))
-
-        def post_blocking(self, path, body):
-            req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status
-
-        def _gone(self, what):
-            """The answer when graft cannot be reached: 503, marked for the ingress to retry."""
-            rc = self.proc.poll()
-            state = f"exited with {rc}" if rc is not None else "not answering"
-            msg = f"graft replica {self.replica_id}: graft {state} ({what})"
-            return {"status": 503, "content_type": "application/json", "retry": True,
-                    "body": _error_body(503, msg, "unavailable_error"), "headers": self.headers}
-
-        async def _adapter(self):
-            """(adapter or None, error answer or None) for this request's multiplexed model id."""
-            name = serve.get_multiplexed_model_id()
-            if not name:
-                return None, None
-            try:
-                return await self.get_adapter(name), None
-            except AdapterLoadError as e:
-                return None, {"status": e.status, "content_type": e.content_type, "body": e.body,
-                              "headers": self.headers}
-            except aiohttp.ClientError as e:
-                return None, self._gone(f"loading adapter {name}: {e}")
-
-        async def forward(self, path: str, body: bytes):
-            """One request to graft; the whole answer as {status, content_type, body, headers}."""
-            adapter, err = await self._adapter()
-            if err:
-                return err
-            if adapter:
-                adapter.inflight += 1
-            try:
-                async with self._post(path, body) as r:
-                    return {"status": r.status, "content_type": r.headers.get("Content-Type", "application/json"),
-                            "body": await r.read(), "headers": self.headers}
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                return self._gone(f"{type(e).__name__}: {e}")
-            finally:
-                if adapter:
-                    adapter.inflight -= 1
-
-        async def forward_stream(self, path: str, body: bytes):
-            """The same as a stream: first a dict {status, content_type, headers}, then the body's chunks
-            as graft sends them."""
-            adapter, err = await self._adapter()
-            if err:
-                yield err
-                return
-            if adapter:
-                adapter.inflight += 1
-            started = False
-            try:
-                async with self._post(path, body) as r:
-                    yield {"status": r.status, "content_type": r.headers.get("Content-Type", "application/json"),
-                           "headers": self.headers}
-                    started = True
-                    async for chunk in r.content.iter_any():
-                        yield chunk
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                gone = self._gone(f"{type(e).__name__}: {e}")
-                if not started:
-                    yield gone
-                else:
-                    yield _sse_error(json.loads(gone["body"])["error"]["message"])
-            finally:
-                if adapter:
-                    adapter.inflight -= 1
-
-        async def models(self):
-            """OpenAI /v1/models: graft's base model entry, then every entry of the adapter root."""
-            async with self._session().get(self.url + "/v1/models", timeout=aiohttp.ClientTimeout(total=30)) as r:
-                data = await r.json(content_type=None)
-            base = [m for m in data.get("data", []) if m.get("owned_by") != "graft"][:1]
-            base_id = base[0]["id"] if base else None
-            created = base[0].get("created", 0) if base else 0
-            adapters = []
-            if self.cfg["lora_root"]:
-                for name in sorted(os.listdir(self.cfg["lora_root"])):
-                    if not name.startswith("."):
-                        adapters.append({"id": name, "object": "model", "created": created, "owned_by": "graft",
-                                         "root": os.path.join(self.cfg["lora_root"], name), "parent": base_id})
-            return {"object": "list", "data": base + adapters}
-
-        def info(self):
-            """This replica: its id, graft's pid and port, the adapters Ray holds here (LRU order)."""
-            wrapper = getattr(self, "__serve_multiplex_wrapper", None)
-            return {"replica": self.replica_id, "pid": self.proc.pid, "port": self.port,
-                    "node": ray.util.get_node_ip_address(), "alive": self.proc.poll() is None,
-                    "adapters": list(wrapper.models) if wrapper else []}
-
-        async def check_health(self):
-            rc = self.proc.poll()
-            if rc is not None:
-                raise RuntimeError(f"graft serve exited with {rc}: {_tail(self.log_path, 1000)}")
-
-        def __del__(self):
-            self.closing = True
-            proc = getattr(self, "proc", None)
-            if proc is not None:
-                stop_process(proc)
-            session = getattr(self, "session", None)
-            if session is not None and not session.closed:
-                try:
-                    asyncio.get_running_loop().create_task(session.close())
-                except RuntimeError:
-                    pass
+            return await self.load_adapter(name)
 
     return GraftReplica
 
