@@ -19,6 +19,17 @@ passed to the writer row-major [out, in] as convert_hf_to_gguf passes HF weights
 ne = [in, out]); norms are F32 ones. Random Q/K need no rotary permutation. Tensors are streamed: header
 and tensor infos first, then each tensor generated and written in turn, so peak memory is about one
 tensor (the 49k x 3072 embedding: ~0.9 GB), not the model (~6.4 GB of F16 at the 3B shape).
+
+--experts E (with --experts-used K and --expert-intermediate F) writes a qwen3moe file instead (issue
+35's MoE row): Qwen3-30B-A3B's tensors and keys as convert_hf_to_gguf writes them, i.e. per layer
+attn_q_norm/attn_k_norm (F32 ones over --head-dim), the router ffn_gate_inp [E, hidden] in F32 (convert
+keeps it F32 and llama-quantize leaves it), and the experts stacked as ffn_{gate,up}_exps [E, F, hidden]
+and ffn_down_exps [E, hidden, F]. Qwen3-30B-A3B's shape with 8 of its 48 layers (what fits in 24 GiB):
+
+    /tmp/gguf-venv/bin/python bench/synthetic_gguf.py --out /tmp/moe/bf16.gguf --dtype bf16 --hidden 2048 \
+        --layers 8 --heads 32 --kv-heads 4 --head-dim 128 --experts 128 --experts-used 8 \
+        --expert-intermediate 768 --intermediate 6144 --rope-theta 1e6 \
+        --tokenizer-from models/SmolLM2-135M-Instruct.Q4_1.gguf
 """
 import argparse
 import os
@@ -78,13 +89,20 @@ def main():
     ap.add_argument("--dtype", choices=["f16", "bf16", "f32"], default="f16")
     ap.add_argument("--context", type=int, default=4096, help="llama.context_length")
     ap.add_argument("--rope-theta", type=float, default=10000.0, help="llama.rope.freq_base")
-    ap.add_argument("--name", default=None, help="general.name (default: synthetic-llama-<params>)")
+    ap.add_argument("--name", default=None, help="general.name (default: synthetic-<arch>-<params>)")
+    ap.add_argument("--head-dim", type=int, default=0, help="default: hidden / heads")
+    ap.add_argument("--experts", type=int, default=0, help="a qwen3moe file with this many experts a layer")
+    ap.add_argument("--experts-used", type=int, default=8)
+    ap.add_argument("--expert-intermediate", type=int, default=768)
     a = ap.parse_args()
-    if a.hidden % a.heads or a.heads % a.kv_heads:
-        sys.exit("--hidden must be a multiple of --heads, and --heads of --kv-heads")
-    H, F, D = a.hidden, a.intermediate, a.hidden // a.heads
+    if (not a.head_dim and a.hidden % a.heads) or a.heads % a.kv_heads:
+        sys.exit("--hidden must be a multiple of --heads (or give --head-dim), and --heads of --kv-heads")
+    H, F, D = a.hidden, a.intermediate, a.head_dim or a.hidden // a.heads
+    E, FE = a.experts, a.expert_intermediate
+    if E and not 0 < a.experts_used <= E:
+        sys.exit("--experts-used must be in 1..--experts")
 
-    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA]
+    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3MOE if E else gguf.MODEL_ARCH.LLAMA]
     w = gguf.GGUFWriter(a.out, arch)
     # the tokenizer first (it sets the vocabulary), then the model keys in convert_hf_to_gguf's order
     tok = gguf.GGUFWriter(None, arch)
@@ -95,14 +113,19 @@ def main():
         p = f"blk.{i}."
         mats += [(p + "attn_norm.weight", (H,)),
                  (p + "attn_q.weight", (a.heads * D, H)), (p + "attn_k.weight", (a.kv_heads * D, H)),
-                 (p + "attn_v.weight", (a.kv_heads * D, H)), (p + "attn_output.weight", (H, a.heads * D)),
-                 (p + "ffn_norm.weight", (H,)),
-                 (p + "ffn_gate.weight", (F, H)), (p + "ffn_up.weight", (F, H)), (p + "ffn_down.weight", (H, F))]
+                 (p + "attn_v.weight", (a.kv_heads * D, H)), (p + "attn_output.weight", (H, a.heads * D))]
+        if E:
+            mats += [(p + "attn_q_norm.weight", (D,)), (p + "attn_k_norm.weight", (D,)), (p + "ffn_norm.weight", (H,)),
+                     (p + "ffn_gate_inp.weight", (E, H)), (p + "ffn_gate_exps.weight", (E, FE, H)),
+                     (p + "ffn_up_exps.weight", (E, FE, H)), (p + "ffn_down_exps.weight", (E, H, FE))]
+        else:
+            mats += [(p + "ffn_norm.weight", (H,)),
+                     (p + "ffn_gate.weight", (F, H)), (p + "ffn_up.weight", (F, H)), (p + "ffn_down.weight", (H, F))]
     mats += [("output_norm.weight", (H,)), ("output.weight", (V, H))]
     n_params = sum(int(np.prod(s)) for _, s in mats)
 
     w.add_type(gguf.GGUFType.MODEL)
-    w.add_name(a.name or f"synthetic-llama-{n_params / 1e9:.2f}B")
+    w.add_name(a.name or f"synthetic-{arch}-{n_params / 1e9:.2f}B")
     w.add_description(f"random weights (seed {a.seed}) from bench/synthetic_gguf.py")
     w.add_context_length(a.context)
     w.add_embedding_length(H)
@@ -115,6 +138,12 @@ def main():
     w.add_file_type({"f16": FT.MOSTLY_F16, "bf16": FT.MOSTLY_BF16, "f32": FT.ALL_F32}[a.dtype])
     w.add_vocab_size(V)
     w.add_rope_dimension_count(D)
+    if E:
+        w.add_key_length(D)
+        w.add_value_length(D)
+        w.add_expert_count(E)
+        w.add_expert_used_count(a.experts_used)
+        w.add_expert_feed_forward_length(FE)
     for key, val in tok.kv_data[0].items():
         if key != gguf.Keys.General.ARCHITECTURE:
             w.add_key_value(key, val.value, val.type, sub_type=val.sub_type)
@@ -123,9 +152,10 @@ def main():
     np_dt = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}[a.dtype]
     raw = {"f16": QT.F16, "bf16": QT.BF16, "f32": QT.F32}[a.dtype]
     esize = np.dtype(np_dt).itemsize
+    f32 = lambda name, shape: len(shape) == 1 or name.endswith("ffn_gate_inp.weight")
     for name, shape in mats:
-        if len(shape) == 1:
-            w.add_tensor_info(name, shape, np.dtype(np.float32), 4 * shape[0], raw_dtype=QT.F32)
+        if f32(name, shape):
+            w.add_tensor_info(name, shape, np.dtype(np.float32), 4 * int(np.prod(shape)), raw_dtype=QT.F32)
         else:
             w.add_tensor_info(name, shape, np.dtype(np_dt), esize * int(np.prod(shape)), raw_dtype=raw)
     w.write_header_to_file()
@@ -140,10 +170,11 @@ def main():
         else:
             t = rng.standard_normal(shape, dtype=np.float32)
             t *= 0.02
-            t = bf16_bits(t) if a.dtype == "bf16" else t.astype(np_dt, copy=False)
+            if not f32(name, shape):
+                t = bf16_bits(t) if a.dtype == "bf16" else t.astype(np_dt, copy=False)
         w.write_tensor_data(t)
         del t
-        if name.endswith("ffn_down.weight") or name == "output.weight":
+        if name.endswith(("ffn_down.weight", "ffn_down_exps.weight")) or name == "output.weight":
             print(f"\r{k + 1}/{len(mats)} tensors, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     w.close()
     print(f"\nwrote {a.out}: {n_params / 1e9:.3f} B parameters, vocab {V}, {a.dtype.upper()}, "

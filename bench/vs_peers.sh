@@ -21,7 +21,8 @@
 #   -ub 512 -n 128, the row N_KV = N, at its better -rtr; graft generate on a prompt of about N
 #   tokens, the bench sentence repeated, with --ctx-size N + 256). Its GB/s counts the weights only,
 #   not the KV cache read at that depth.
-# Not yet here: the -fmoe/-muge runs of a MoE file. Give MoE and 8B files as FILEs like any other.
+# - A MoE file (one with ffn_gate_exps tensors) adds ik's -rtr 1 -muge 1 (up and gate experts merged)
+#   to its runs; -fmoe (fused MoE) is its default. Give MoE and 8B files as FILEs like any other.
 set -euo pipefail
 ROUNDS=${1:?ROUNDS}
 THREADS=${2:?THREADS}
@@ -73,8 +74,10 @@ for r in $(seq "$ROUNDS"); do
       rec "$r" "$t" "$name" pp512 llama.cpp "$pp"; rec "$r" "$t" "$name" tg128 llama.cpp "$tg"
       read -r pp0 tg0 < <(lb "$IK" "$f" "$t" -rtr 0)
       read -r pp1 tg1 < <(lb "$IK" "$f" "$t" -rtr 1)
-      rec "$r" "$t" "$name" pp512 ik_llama.cpp "$(python3 -c "print(max($pp0, $pp1))")"
-      rec "$r" "$t" "$name" tg128 ik_llama.cpp "$(python3 -c "print(max($tg0, $tg1))")"
+      pp2=0 tg2=0
+      [ "$(head -c 16M "$f" | grep -ac ffn_gate_exps)" -gt 0 ] && read -r pp2 tg2 < <(lb "$IK" "$f" "$t" -rtr 1 -muge 1)
+      rec "$r" "$t" "$name" pp512 ik_llama.cpp "$(python3 -c "print(max($pp0, $pp1, $pp2))")"
+      rec "$r" "$t" "$name" tg128 ik_llama.cpp "$(python3 -c "print(max($tg0, $tg1, $tg2))")"
       line=$("$G" generate -m "$f" -p "$P" --temp 0 -n 128 --ignore-eos -t "$t" 2>&1 >/dev/null | tail -1)
       rec "$r" "$t" "$name" pp512 graft "$(field prompt <<<"$line")"
       rec "$r" "$t" "$name" tg128 graft "$(field generated <<<"$line")"

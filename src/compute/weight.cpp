@@ -93,51 +93,77 @@ void matmul(ThreadPool& pool, const float* x, int64_t m, const Weight& w, float*
   }
 }
 
+namespace {
+// One input of a matmul_many call (the shared x, or a target's own) and the forms of it its
+// targets' kernels read, each made once: 8-bit blocks (GGUF blocks as stored and interleaved
+// copies share them) and BF16-rounded rows.
+struct ManyInput {
+  const float* x = nullptr;
+  int64_t k = 0;
+  std::vector<DType> block_types;  // of the GGUF block weights read as stored
+  bool any_blocks = false, any_interleaved = false, any_bf16 = false;
+  detail::Q8Activations act;
+  Bf16Rows bf16_x;
+};
+}  // namespace
+
 void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> main_targets,
                  std::span<const MatmulTarget> first, const std::function<void()>& after_first) {
-  if (first.empty() && main_targets.size() == 1)
-    return matmul(pool, x, m, *main_targets[0].w, main_targets[0].y, false, main_targets[0].epilogue);
+  if (first.empty() && main_targets.size() == 1) {
+    const MatmulTarget& t = main_targets[0];
+    return matmul(pool, t.x ? t.x : x, m, *t.w, t.y, false, t.epilogue);
+  }
   if (m == 0 || (first.empty() && main_targets.empty())) return;
   std::vector<MatmulTarget> targets(first.begin(), first.end());
   targets.insert(targets.end(), main_targets.begin(), main_targets.end());
   const size_t n_first = first.size();
-  const int64_t k = targets[0].w->cols;
-  // Each target's preparation, and its first column in the concatenated column space (the main
-  // targets from a multiple of 16, so no unit holds columns of both kinds).
-  std::vector<DType> block_types;  // of the GGUF block weights read as stored
-  bool any_blocks = false, any_interleaved = false, any_bf16 = false;
+  // Each target's input and preparation, and its first column in the concatenated column space
+  // (the main targets from a multiple of 16, so no unit holds columns of both kinds).
+  std::vector<ManyInput> inputs;
+  std::vector<size_t> input_of(targets.size());
   std::vector<AffinePrepared> affine(targets.size());
   std::vector<WeightKind> kinds(targets.size());
   std::vector<int64_t> start(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) {
     const Weight& w = *targets[i].w;
-    if (w.cols != k) fail_as(ErrorKind::kInternal, "matmul_many: targets of ", k, " and ", w.cols, " columns");
+    const float* xi = targets[i].x ? targets[i].x : x;
+    size_t at = 0;
+    while (at < inputs.size() && inputs[at].x != xi) ++at;
+    if (at == inputs.size()) {
+      inputs.emplace_back();
+      inputs.back().x = xi;
+      inputs.back().k = w.cols;
+    }
+    ManyInput& in = inputs[input_of[i] = at];
+    if (w.cols != in.k) fail_as(ErrorKind::kInternal, "matmul_many: targets of ", in.k, " and ", w.cols, " columns on one input");
     if (i < n_first && targets[i].epilogue) fail_as(ErrorKind::kInternal, "matmul_many: a first target with an epilogue");
     switch (kinds[i] = w.kind()) {
       case WeightKind::InterleavedBlocks:
-      case WeightKind::InterleavedAffine: any_blocks = any_interleaved = true; break;  // the same int8 activations
-      case WeightKind::Affine: affine[i] = prepare_affine(x, m, k, w.quant); break;
+      case WeightKind::InterleavedAffine: in.any_blocks = in.any_interleaved = true; break;  // the same int8 activations
+      case WeightKind::Affine: affine[i] = prepare_affine(xi, m, w.cols, w.quant); break;
       case WeightKind::Blocks:
-        any_blocks = true;
-        block_types.push_back(w.dense.dtype);
+        in.any_blocks = true;
+        in.block_types.push_back(w.dense.dtype);
         break;
       case WeightKind::Bf16Dot:
         if (w.dense.dtype != DType::BF16)
           fail_as(ErrorKind::kInternal, "matmul_many: bf16 activations on a ", dtype_name(w.dense.dtype), " matrix");
-        any_bf16 = true;
+        in.any_bf16 = true;
         [[fallthrough]];
       case WeightKind::Dense:
-      case WeightKind::BlocksF32: detail::check_matmul_args("matmul", x, m, k, w.dense, targets[i].y); break;
+      case WeightKind::BlocksF32: detail::check_matmul_args("matmul", xi, m, w.cols, w.dense, targets[i].y); break;
     }
     start[i + 1] = start[i] + w.rows;
     if (i + 1 == n_first) start[i + 1] = (start[i + 1] + kGroupCols - 1) / kGroupCols * kGroupCols;
   }
   const detail::Q8Kernel q8 = detail::best_q8_kernel();
-  detail::Q8Activations act;
-  if (any_blocks) detail::prepare_blocks(&pool, q8, x, m, k, block_types, act);
-  if (any_interleaved) detail::prepare_interleaved(act, q8, &pool);
-  Bf16Rows bf16_x;  // x rounded once for every BF16 target
-  if (any_bf16) round_rows_bf16(x, m, k, bf16_x, &pool);
+  int64_t k = 0;  // the widest input, for the chunk grain
+  for (ManyInput& in : inputs) {
+    k = std::max(k, in.k);
+    if (in.any_blocks) detail::prepare_blocks(&pool, q8, in.x, m, in.k, in.block_types, in.act);
+    if (in.any_interleaved) detail::prepare_interleaved(in.act, q8, &pool);
+    if (in.any_bf16) round_rows_bf16(in.x, m, in.k, in.bf16_x, &pool);
+  }
   const detail::Isa isa = detail::best_isa();
   // Columns [g0, g1) of the concatenated space, each target's epilogue on its own columns: both
   // (kernel then epilogue, target by target), or only the kernels, or only the epilogues.
@@ -151,17 +177,18 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         if (targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
         continue;
       }
+      const ManyInput& in = inputs[input_of[i]];
       switch (kinds[i]) {
         case WeightKind::InterleavedBlocks:
         case WeightKind::InterleavedAffine:
-          detail::interleaved_cols(*w.interleaved, act, targets[i].y, w.rows, false, j0, j1, q8);
+          detail::interleaved_cols(*w.interleaved, in.act, targets[i].y, w.rows, false, j0, j1, q8);
           break;
         case WeightKind::Affine: affine_cols(affine[i], w.quant, targets[i].y, false, j0, j1); break;
-        case WeightKind::Blocks: detail::blocks_cols(q8, act, w.dense, targets[i].y, false, j0, j1); break;
-        case WeightKind::Bf16Dot: bf16_dot_cols(bf16_x, w.dense, targets[i].y, false, j0, j1); break;
+        case WeightKind::Blocks: detail::blocks_cols(q8, in.act, w.dense, targets[i].y, false, j0, j1); break;
+        case WeightKind::Bf16Dot: bf16_dot_cols(in.bf16_x, w.dense, targets[i].y, false, j0, j1); break;
         case WeightKind::Dense:
         case WeightKind::BlocksF32:
-          detail::matmul_cols(isa, {x, m, k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
+          detail::matmul_cols(isa, {in.x, m, in.k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
           break;
       }
       if (pass == kBoth && targets[i].epilogue) (*targets[i].epilogue)(j0, j1);

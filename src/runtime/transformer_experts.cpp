@@ -67,6 +67,57 @@ bool run_inline(ThreadPool& pool, const Groups& groups, const std::vector<std::v
   return true;
 }
 
+// The terms of every adapter on a tensor of a sparse layer (an expert's projection, the router)
+// over its n rows: x [n, in] -> y [n, out] += s·(x·Aᵀ)·Bᵀ on the rows whose sequence uses the
+// adapter (gathered, as project_many does).
+template <class Groups>
+void add_terms(ThreadPool& pool, const Groups& groups, const std::vector<std::vector<float>>& scale_of,
+               const model::TensorRole& role, const std::vector<int64_t>& rows, const float* x, int64_t in,
+               const model::Matrix& w, float* out_rows) {
+  const int64_t out = w.rows;
+  std::vector<float> sub, low;
+  for (size_t a = 0; a < groups.size(); ++a) {
+    if (scale_of[a].empty()) continue;
+    const std::vector<LoraTerm>* terms = groups.adapter(a).at(role);
+    if (!terms) continue;
+    std::vector<int64_t> at;  // indices into `rows`
+    std::vector<float> scales;
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (const float sc = scale_of[a][static_cast<size_t>(rows[i])]; sc != 0.0f) at.push_back(static_cast<int64_t>(i)), scales.push_back(sc);
+    if (at.empty()) continue;
+    const int64_t k = static_cast<int64_t>(at.size());
+    sub.resize(static_cast<size_t>(k * in));
+    for (int64_t i = 0; i < k; ++i) std::copy(x + at[i] * in, x + (at[i] + 1) * in, &sub[i * in]);
+    for (const LoraTerm& t : *terms) {
+      const int64_t width = t.low_width();
+      low.assign(static_cast<size_t>(k * width), 0.0f);
+      lora_term_down(pool, t, sub.data(), k, in, w, low.data(), scales);
+      for (int64_t i = 0; i < k; ++i) lora_term_up(t, &low[i * width], scales[i], 0, out, out_rows + at[i] * out);
+    }
+  }
+}
+
+// A decode row's chosen experts after their gates and ups: each one's activation, then all their
+// downs in one matmul_many, each on its own expert's activation (one dispatch and a thread split
+// over 8 · hidden columns, not 8 dispatches of hidden each), then y = Σ weight_e · down_e in
+// ascending expert order. The same bits as expert by expert (no kernel depends on the column cut);
+// for a row whose adapters have no terms on these downs.
+template <class Glu>
+void decode_downs(ThreadPool& pool, const model::LayerWeights& L, std::span<const int64_t> chosen,
+                  std::span<const float> weights, float* gate, const float* up, int64_t F, int64_t H, Glu glu_fn,
+                  float* y) {
+  std::vector<float> down(chosen.size() * static_cast<size_t>(H));
+  std::vector<compute::MatmulTarget> mm;
+  for (size_t c = 0; c < chosen.size(); ++c) {
+    float* g = gate + c * F;
+    glu_fn(g, up + c * F, F, g);
+    mm.push_back({&L.experts[static_cast<size_t>(chosen[c])].down, &down[c * H], nullptr, g});
+  }
+  compute::matmul_many(pool, nullptr, 1, mm);
+  for (size_t c = 0; c < chosen.size(); ++c)
+    for (int64_t j = 0; j < H; ++j) y[j] += down[c * H + j] * weights[c];
+}
+
 }  // namespace
 
 // Each adapter's sequence scale by row of the pass (0: the row does not use it) and the all-rows
@@ -97,36 +148,9 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
   const model::LayerWeights& L = weights_.layers[layer];
   const int64_t E = c.num_experts, K = c.num_experts_per_tok, H = c.hidden_size, F = c.moe_intermediate_size;
   const std::vector<std::vector<float>>& scale_of = sparse_rows.scale_of;
-  // The terms of every adapter on a tensor of this layer (an expert's projection, the router) over
-  // its n rows: x [n, in] -> y [n, out] += s·(x·Aᵀ)·Bᵀ on the rows whose sequence uses the adapter
-  // (gathered, as project_many does).
-  auto add_terms = [&](const model::TensorRole& role, const std::vector<int64_t>& rows, const float* x, int64_t in,
-                       const model::Matrix& w, float* out_rows) {
-    const int64_t out = w.rows;
-    std::vector<float> sub, low;
-    for (size_t a = 0; a < groups.size(); ++a) {
-      if (scale_of[a].empty()) continue;
-      const std::vector<LoraTerm>* terms = groups.adapter(a).at(role);
-      if (!terms) continue;
-      std::vector<int64_t> at;  // indices into `rows`
-      std::vector<float> scales;
-      for (size_t i = 0; i < rows.size(); ++i)
-        if (const float sc = scale_of[a][static_cast<size_t>(rows[i])]; sc != 0.0f) at.push_back(static_cast<int64_t>(i)), scales.push_back(sc);
-      if (at.empty()) continue;
-      const int64_t k = static_cast<int64_t>(at.size());
-      sub.resize(static_cast<size_t>(k * in));
-      for (int64_t i = 0; i < k; ++i) std::copy(x + at[i] * in, x + (at[i] + 1) * in, &sub[i * in]);
-      for (const LoraTerm& t : *terms) {
-        const int64_t width = t.low_width();
-        low.assign(static_cast<size_t>(k * width), 0.0f);
-        lora_term_down(pool, t, sub.data(), k, in, w, low.data(), scales);
-        for (int64_t i = 0; i < k; ++i) lora_term_up(t, &low[i * width], scales[i], 0, out, out_rows + at[i] * out);
-      }
-    }
-  };
   std::vector<float> probs(static_cast<size_t>(m * E));
   matmul(pool, xn, m, L.router, probs.data());
-  add_terms({model::Role::Router, layer}, sparse_rows.all, xn, H, L.router, probs.data());  // adapters on the router (mlx-lm's default keys)
+  add_terms(pool, groups, scale_of, {model::Role::Router, layer}, sparse_rows.all, xn, H, L.router, probs.data());  // adapters on the router (mlx-lm's default keys)
   std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E));
   std::vector<std::vector<float>> weight_of(static_cast<size_t>(E));
   std::vector<int64_t> order(static_cast<size_t>(E));
@@ -147,8 +171,9 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
   std::fill(y, y + m * H, 0.0f);
   const GluFn glu_fn = glu();
   // One decode row: every chosen expert's gate and up read the same x, so they run in one
-  // dispatch (one activation quantization), 2·K projections at once; more rows: expert by expert
-  // on the rows that chose it.
+  // dispatch (one activation quantization), 2·K projections at once, and then their K downs in
+  // another (decode_downs) unless an adapter has terms on one of them (those keep run_inline's
+  // one dispatch per expert, terms inside); more rows: expert by expert on the rows that chose it.
   std::vector<int64_t> chosen;
   for (int64_t e = 0; e < E; ++e)
     if (!rows_of[static_cast<size_t>(e)].empty()) chosen.push_back(e);
@@ -165,12 +190,23 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
     std::vector<compute::MatmulTarget> mm;
     for (const ExpertProjection& p : ps) mm.push_back({p.w, p.y});
     compute::matmul_many(pool, in, n, mm);
-    for (const ExpertProjection& p : ps) add_terms({p.role, layer, p.expert}, rows, in, H, *p.w, p.y);
+    for (const ExpertProjection& p : ps)
+      add_terms(pool, groups, scale_of, {p.role, layer, p.expert}, rows, in, H, *p.w, p.y);
   };
   if (together) {
     gate.resize(static_cast<size_t>(chosen.size() * F));
     up.resize(static_cast<size_t>(chosen.size() * F));
     gate_up(chosen, xn, 1, rows_of[static_cast<size_t>(chosen[0])]);
+    const auto down_terms = [&](int64_t e) {
+      for (size_t a = 0; a < groups.size(); ++a)
+        if (!scale_of[a].empty() && groups.adapter(a).at({model::Role::Down, layer, e})) return true;
+      return false;
+    };
+    if (std::none_of(chosen.begin(), chosen.end(), down_terms)) {
+      std::vector<float> w;
+      for (int64_t e : chosen) w.push_back(weight_of[static_cast<size_t>(e)][0]);
+      return decode_downs(pool, L, chosen, w, gate.data(), up.data(), F, H, glu_fn, y);
+    }
   }
   for (size_t c = 0; c < chosen.size(); ++c) {
     const int64_t e = chosen[c];
@@ -198,7 +234,7 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
     const ExpertProjection d[] = {{e, model::Role::Down, &X.down, down.data()}};
     if (!run_inline(pool, groups, scale_of, layer, g, n, rows, d)) {
       matmul(pool, g, n, X.down, down.data());
-      add_terms({model::Role::Down, layer, e}, rows, g, F, X.down, down.data());
+      add_terms(pool, groups, scale_of, {model::Role::Down, layer, e}, rows, g, F, X.down, down.data());
     }
     const auto& w = weight_of[static_cast<size_t>(e)];
     for (int64_t i = 0; i < n; ++i) {

@@ -231,18 +231,20 @@ TEST(LoraUpAdd, EqualsTheDocumentedSumBitForBit) {
 // q/k/v and gate/up run as one matmul_many: every target's output equals its own matmul() bit
 // for bit, for each weight storage (dense F32/BF16, GGUF blocks of several types sharing one
 // activation quantization, mlx affine), and each epilogue sees each of its columns exactly once.
-TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
-  std::mt19937 rng(9);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t k = 256;
-  auto dense = [&](DType t, int64_t n) {
+// Random weights for the matmul_many tests: dense F32/F16/BF16 N(0, 0.1), or GGUF blocks with random
+// codes and small finite f16 scales.
+struct RandomWeights {
+  std::mt19937 rng;
+  std::normal_distribution<float> nd{0.0f, 1.0f};
+  explicit RandomWeights(unsigned seed) : rng(seed) {}
+  Tensor dense(DType t, int64_t n, int64_t k) {
     std::vector<float> f(static_cast<size_t>(n * k));
     for (float& v : f) v = nd(rng) * 0.1f;
     std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(t, n * k)));
     convert_from_f32(f.data(), t, bytes.data(), n * k);
     return Tensor::owned(t, {n, k}, std::move(bytes));
-  };
-  auto blocks = [&](DType t, int64_t n) {  // random codes, small finite f16 scales
+  }
+  Tensor blocks(DType t, int64_t n, int64_t k) {
     std::vector<uint8_t> bytes(static_cast<size_t>(dtype_bytes(t, n * k)));
     for (auto& b : bytes) b = static_cast<uint8_t>(rng() & 0xff);
     const int64_t bb = dtype_block_bytes(t);
@@ -252,7 +254,19 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
         std::memcpy(&bytes[b * bb + off], &h, 2);
       }
     return Tensor::owned(t, {n, k}, std::move(bytes));
-  };
+  }
+  std::vector<float> input(int64_t m, int64_t k) {
+    std::vector<float> x(static_cast<size_t>(m * k));
+    for (float& v : x) v = nd(rng);
+    return x;
+  }
+};
+
+TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
+  RandomWeights r(9);
+  const int64_t k = 256;
+  auto dense = [&](DType t, int64_t n) { return r.dense(t, n, k); };
+  auto blocks = [&](DType t, int64_t n) { return r.blocks(t, n, k); };
   const std::vector<std::vector<Weight>> sets = {
       {Weight::of(dense(DType::F32, 24)), Weight::of(dense(DType::BF16, 9))},
       {Weight::of(blocks(DType::Q4_K, 40)), Weight::of(blocks(DType::Q6_K, 8)),
@@ -264,8 +278,7 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
   for (int threads : {1, 3})
     for (int64_t m : {1, 3, 9}) {
       ThreadPool pool(threads);
-      std::vector<float> x(static_cast<size_t>(m * k));
-      for (float& v : x) v = nd(rng);
+      const std::vector<float> x = r.input(m, k);
       for (const auto& set : sets) {
         std::vector<std::vector<float>> ys, refs;
         std::vector<std::vector<int>> seen;
@@ -312,6 +325,58 @@ TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
         EXPECT_EQ(main_before_after.load(), 0);
         EXPECT_EQ(y_main, refs.back());
       }
+    }
+}
+
+// Targets with their own inputs (a decode step's chosen experts' downs, each on its expert's
+// activation) in one matmul_many: each equals matmul() on its own input bit for bit, whatever the
+// storage (dense, GGUF blocks as stored and interleaved for this CPU's integer kernel, BF16, mlx
+// affine), with inputs of different widths, shared by several targets, or the call's x.
+TEST(MatmulMany, TargetsWithTheirOwnInputsEqualSeparateMatmuls) {
+  RandomWeights r(11);
+  auto weight = [&](DType t, int64_t n, int64_t k, bool prepare) {
+    Weight w = Weight::of(dtype_is_quantized(t) ? r.blocks(t, n, k) : r.dense(t, n, k));
+    if (prepare) prepare_weight(w, nullptr);
+    return w;
+  };
+  const int64_t k1 = 256, k2 = 768;
+  const std::vector<Weight> ws = {
+      weight(DType::Q4_K, 48, k1, true), weight(DType::Q6_K, 32, k1, true), weight(DType::Q4_K, 40, k2, true),
+      weight(DType::Q6_K, 16, k2, false), weight(DType::Q8_0, 24, k2, true), weight(DType::BF16, 9, k1, true),
+      weight(DType::F32, 7, k2, false),
+  };
+  const Weight affine = Weight::of(quantize_affine(r.dense(DType::F32, 17, k1), 4, 64, DType::BF16));
+  for (int threads : {1, 3})
+    for (int64_t m : {1, 4}) {
+      ThreadPool pool(threads);
+      auto input = [&](int64_t k) { return r.input(m, k); };
+      // inputs: the call's x (k1), then one each for the k1 and k2 weights, one k2 input shared by two
+      const std::vector<float> shared = input(k1), own1 = input(k1), own2 = input(k2), own3 = input(k2);
+      struct Case { const Weight* w; const float* x; };
+      const std::vector<Case> cases = {
+          {&ws[0], nullptr},     {&ws[1], own1.data()}, {&ws[2], own2.data()}, {&ws[3], own3.data()},
+          {&ws[4], own3.data()}, {&ws[5], own1.data()}, {&ws[6], own2.data()}, {&affine, own1.data()},
+      };
+      std::vector<std::vector<float>> ys, refs;
+      std::vector<compute::MatmulTarget> targets;
+      for (const Case& c : cases) {
+        ys.emplace_back(static_cast<size_t>(m * c.w->rows), -7.0f);
+        refs.emplace_back(static_cast<size_t>(m * c.w->rows), -7.0f);
+        matmul(pool, c.x ? c.x : shared.data(), m, *c.w, refs.back().data());
+      }
+      for (size_t i = 0; i < cases.size(); ++i) targets.push_back({cases[i].w, ys[i].data(), nullptr, cases[i].x});
+      compute::matmul_many(pool, shared.data(), m, targets);
+      for (size_t i = 0; i < cases.size(); ++i)
+        EXPECT_EQ(ys[i], refs[i]) << "target " << i << " m " << m << " threads " << threads;
+      // Every target on its own input, the call's x null (as experts_mlp passes them).
+      std::vector<compute::MatmulTarget> own(targets.begin() + 1, targets.end());
+      for (auto& y : ys) std::fill(y.begin(), y.end(), -7.0f);
+      compute::matmul_many(pool, nullptr, m, own);
+      for (size_t i = 1; i < cases.size(); ++i) EXPECT_EQ(ys[i], refs[i]) << "own input, target " << i;
+      // Two targets of different widths on one input: refused before anything runs.
+      const compute::MatmulTarget bad[] = {{&ws[0], ys[0].data(), nullptr, own2.data()},
+                                           {&ws[2], ys[2].data(), nullptr, own2.data()}};
+      EXPECT_THROW(compute::matmul_many(pool, nullptr, m, bad), Error);
     }
 }
 

@@ -111,10 +111,13 @@ bool interleave_enabled_affine();
 // per-call preparation done once (GGUF block weights share one activation quantization), then one
 // parallel pass over all their output columns, each target's epilogue on its own columns. Every
 // result equals matmul()'s for that target alone (kernels do not depend on the column cut).
+// A target may bring its own input x [m, w->cols] (a decode step's chosen experts' downs, each on
+// its own expert's activation): each distinct input is prepared once, and all run in the one pass.
 struct MatmulTarget {
   const Weight* w;
   float* y;
   const compute::ColumnEpilogue* epilogue = nullptr;
+  const float* x = nullptr;  // null: matmul_many's x
 };
 // `first` targets (no epilogues) are all computed before any epilogue of `targets`, and then
 // after_first runs once: a pass the targets' epilogues depend on (an adapter's x·Aᵀ before the
