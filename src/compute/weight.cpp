@@ -99,7 +99,7 @@ namespace {
 // copies share them) and BF16-rounded rows.
 struct ManyInput {
   const float* x = nullptr;
-  int64_t k = 0;
+  int64_t m = 0, k = 0;
   std::vector<DType> block_types;  // of the GGUF block weights read as stored
   bool any_blocks = false, any_interleaved = false, any_bf16 = false;
   detail::Q8Activations act;
@@ -109,14 +109,18 @@ struct ManyInput {
 
 void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> main_targets,
                  std::span<const MatmulTarget> first, const std::function<void()>& after_first) {
+  auto rows_of = [&](const MatmulTarget& t) { return t.x && t.m >= 0 ? t.m : m; };
   if (first.empty() && main_targets.size() == 1) {
     const MatmulTarget& t = main_targets[0];
-    return matmul(pool, t.x ? t.x : x, m, *t.w, t.y, false, t.epilogue);
+    return matmul(pool, t.x ? t.x : x, rows_of(t), *t.w, t.y, false, t.epilogue);
   }
-  if (m == 0 || (first.empty() && main_targets.empty())) return;
-  std::vector<MatmulTarget> targets(first.begin(), first.end());
-  targets.insert(targets.end(), main_targets.begin(), main_targets.end());
-  const size_t n_first = first.size();
+  std::vector<MatmulTarget> targets;  // those with rows: the first, then the main
+  for (const MatmulTarget& t : first)
+    if (rows_of(t) > 0) targets.push_back(t);
+  const size_t n_first = targets.size();
+  for (const MatmulTarget& t : main_targets)
+    if (rows_of(t) > 0) targets.push_back(t);
+  if (targets.empty()) return;
   // Each target's input and preparation, and its first column in the concatenated column space
   // (the main targets from a multiple of 16, so no unit holds columns of both kinds).
   std::vector<ManyInput> inputs;
@@ -127,11 +131,13 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   for (size_t i = 0; i < targets.size(); ++i) {
     const Weight& w = *targets[i].w;
     const float* xi = targets[i].x ? targets[i].x : x;
+    const int64_t mi = rows_of(targets[i]);
     size_t at = 0;
-    while (at < inputs.size() && inputs[at].x != xi) ++at;
+    while (at < inputs.size() && (inputs[at].x != xi || inputs[at].m != mi)) ++at;
     if (at == inputs.size()) {
       inputs.emplace_back();
       inputs.back().x = xi;
+      inputs.back().m = mi;
       inputs.back().k = w.cols;
     }
     ManyInput& in = inputs[input_of[i] = at];
@@ -140,7 +146,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
     switch (kinds[i] = w.kind()) {
       case WeightKind::InterleavedBlocks:
       case WeightKind::InterleavedAffine: in.any_blocks = in.any_interleaved = true; break;  // the same int8 activations
-      case WeightKind::Affine: affine[i] = prepare_affine(xi, m, w.cols, w.quant); break;
+      case WeightKind::Affine: affine[i] = prepare_affine(xi, mi, w.cols, w.quant); break;
       case WeightKind::Blocks:
         in.any_blocks = true;
         in.block_types.push_back(w.dense.dtype);
@@ -151,19 +157,27 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         in.any_bf16 = true;
         [[fallthrough]];
       case WeightKind::Dense:
-      case WeightKind::BlocksF32: detail::check_matmul_args("matmul", xi, m, w.cols, w.dense, targets[i].y); break;
+      case WeightKind::BlocksF32: detail::check_matmul_args("matmul", xi, mi, w.cols, w.dense, targets[i].y); break;
     }
     start[i + 1] = start[i] + w.rows;
     if (i + 1 == n_first) start[i + 1] = (start[i + 1] + kGroupCols - 1) / kGroupCols * kGroupCols;
   }
   const detail::Q8Kernel q8 = detail::best_q8_kernel();
-  int64_t k = 0;  // the widest input, for the chunk grain
-  for (ManyInput& in : inputs) {
-    k = std::max(k, in.k);
-    if (in.any_blocks) detail::prepare_blocks(&pool, q8, in.x, m, in.k, in.block_types, in.act);
-    if (in.any_interleaved) detail::prepare_interleaved(in.act, q8, &pool);
-    if (in.any_bf16) round_rows_bf16(in.x, m, in.k, in.bf16_x, &pool);
-  }
+  int64_t mk = 0;  // the largest input, for the chunk grain
+  for (const ManyInput& in : inputs) mk = std::max(mk, in.m * in.k);
+  // One input: its preparation shares out its rows; several (each expert's rows): the inputs are
+  // shared out, each prepared on one thread (a dispatch each would cost more than the work).
+  auto prepare = [&](ManyInput& in, ThreadPool* on) {
+    if (in.any_blocks) detail::prepare_blocks(on, q8, in.x, in.m, in.k, in.block_types, in.act);
+    if (in.any_interleaved) detail::prepare_interleaved(in.act, q8, on);
+    if (in.any_bf16) round_rows_bf16(in.x, in.m, in.k, in.bf16_x, on);
+  };
+  if (inputs.size() == 1)
+    prepare(inputs[0], &pool);
+  else
+    pool.parallel_for(static_cast<int64_t>(inputs.size()), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) prepare(inputs[static_cast<size_t>(i)], nullptr);
+    });
   const detail::Isa isa = detail::best_isa();
   // Columns [g0, g1) of the concatenated space, each target's epilogue on its own columns: both
   // (kernel then epilogue, target by target), or only the kernels, or only the epilogues.
@@ -188,7 +202,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
         case WeightKind::Bf16Dot: bf16_dot_cols(in.bf16_x, w.dense, targets[i].y, false, j0, j1); break;
         case WeightKind::Dense:
         case WeightKind::BlocksF32:
-          detail::matmul_cols(isa, {in.x, m, in.k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
+          detail::matmul_cols(isa, {in.x, in.m, in.k, w.rows, w.dense.data, w.dense.dtype, targets[i].y, false}, j0, j1);
           break;
       }
       if (pass == kBoth && targets[i].epilogue) (*targets[i].epilogue)(j0, j1);
@@ -206,7 +220,7 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   // then its epilogue, as before.
   const int64_t first_end = start[n_first], first_units = first_end / kGroupCols;
   const int64_t units = (start.back() - first_end + kGroupCols - 1) / kGroupCols;
-  const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, m * k * kGroupCols));
+  const int64_t grain = std::max<int64_t>(1, detail::kMinChunkWork / std::max<int64_t>(1, mk * kGroupCols));
   std::atomic<int64_t> next{0}, done{0};
   std::atomic<bool> ready{first_units == 0};
   std::exception_ptr first_error;

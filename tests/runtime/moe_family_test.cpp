@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "graft/core/error.h"
 #include "graft/io/safetensors.h"
@@ -159,6 +160,40 @@ TEST(MoeFamily, GroupedPrefillEqualsTokenByToken) {
       for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(row[v] - whole[i * V + v]));
     }
     EXPECT_LE(worst, 1e-5f) << dir;
+  }
+}
+
+// A large pass runs its experts in several batches (Transformer::experts_grouped, each about 1.5
+// MiB of rows: 2,048 rows at this width), each adding into y: 8 sequences of 200 tokens route 3,200
+// rows to experts (2 of 4 a token), so every expert's rows cross batches. Each sequence's logits
+// equal its own pass's (400 expert rows: one batch) bit for bit: no kernel depends on the other
+// rows, and each y element sums its experts in the same order.
+TEST(MoeFamily, ExpertBatchesOfALargePassEqualEachSequenceAlone) {
+  for (const std::string& dir : {qwen_dir(), mixtral_dir()}) {
+    model::LoadedModel lm = model::load_model(dir);
+    const int64_t S = 8, n = 200, V = lm.config.vocab_size;
+    ASSERT_GT(S * n * lm.config.num_experts_per_tok * 4 * 2 * (lm.config.hidden_size + lm.config.moe_intermediate_size),
+              int64_t{3} << 19)
+        << "the pass must span more than one batch";
+    std::vector<std::vector<int32_t>> ids(S);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t i = 0; i < n; ++i) ids[s].push_back(static_cast<int32_t>((s * 37 + i * 11 + i * i) % V));
+    ThreadPool pool(2);
+    Transformer t(lm.config, lm.weights);
+    std::vector<std::unique_ptr<KVCache>> caches;
+    std::vector<SequenceInput> batch;
+    for (int64_t s = 0; s < S; ++s) {
+      caches.push_back(std::make_unique<KVCache>(lm.config, n + 1, test::kReferenceCache));
+      batch.push_back({caches.back().get(), ids[s]});
+    }
+    const std::vector<float> together = t.forward(pool, batch);
+    ASSERT_EQ(together.size(), static_cast<size_t>(S * V));
+    for (int64_t s = 0; s < S; ++s) {
+      KVCache cache(lm.config, n + 1, test::kReferenceCache);
+      SequenceInput in{&cache, ids[s]};
+      const std::vector<float> alone = t.forward(pool, std::span(&in, 1));
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), together.begin() + s * V)) << dir << " sequence " << s;
+    }
   }
 }
 

@@ -157,9 +157,11 @@ def fleet(tmp_path_factory):
             "--kv-events-replay", f"tcp://*:{replay_port}", "--kv-events-topic", TOPIC]
     s = Server(*args)
     sub = Subscriber(port, replay_port)
-    yield {"server": s, "sub": sub, "root": root, "args": args}
+    state = {"server": s, "sub": sub, "root": root, "args": args}
+    yield state
     sub.close()
-    assert s.stop() == 0, s.output()
+    # the server now running: test_restart_... replaces the first one
+    assert state["server"].stop() == 0, state["server"].output()
 
 
 def render(s, prompt):

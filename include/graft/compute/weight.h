@@ -111,13 +111,15 @@ bool interleave_enabled_affine();
 // per-call preparation done once (GGUF block weights share one activation quantization), then one
 // parallel pass over all their output columns, each target's epilogue on its own columns. Every
 // result equals matmul()'s for that target alone (kernels do not depend on the column cut).
-// A target may bring its own input x [m, w->cols] (a decode step's chosen experts' downs, each on
-// its own expert's activation): each distinct input is prepared once, and all run in the one pass.
+// A target may bring its own input x [rows, w->cols] (a layer's experts, each on the rows that
+// chose it, as one grouped call): each distinct input is prepared once, all run in the one pass,
+// and a target of 0 rows is left out.
 struct MatmulTarget {
   const Weight* w;
   float* y;
   const compute::ColumnEpilogue* epilogue = nullptr;
-  const float* x = nullptr;  // null: matmul_many's x
+  const float* x = nullptr;  // null: matmul_many's x (and its m rows)
+  int64_t m = -1;            // with x: its rows (-1: matmul_many's m)
 };
 // `first` targets (no epilogues) are all computed before any epilogue of `targets`, and then
 // after_first runs once: a pass the targets' epilogues depend on (an adapter's x·Aᵀ before the

@@ -82,6 +82,12 @@ class Transformer {
   // adapter terms on that expert for those of its rows whose sequence uses the adapter.
   void experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y, const RowGroups& groups,
                    const ExpertRows& sparse_rows);
+  // A batch of experts_mlp's chosen experts (ascending) in two dispatches, added into y, for passes
+  // whose adapters have no terms on them: rows_of / weight_of by expert (the rows that chose it and
+  // their routing weights).
+  void experts_grouped(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y,
+                       std::span<const int64_t> chosen, const std::vector<std::vector<int64_t>>& rows_of,
+                       const std::vector<std::vector<float>>& weight_of);
   // The gated activation of the MLPs, dense and expert: out = act(gate) ⊙ up (the config's hidden_act).
   using GluFn = void (*)(const float* gate, const float* up, int64_t n, float* out);
   GluFn glu() const;
@@ -91,9 +97,11 @@ class Transformer {
 
   // The per-pass buffers, kept so a decode step allocates no activations: rows [T, width] of the
   // residual stream x, its normed copy, q/k/v, the attention output, a sublayer's output and the
-  // MLP's gate/up; each row's sequence and position.
+  // MLP's gate/up; the sparse layers' rows by chosen expert [Σ rows that chose each, width]: the
+  // gathered inputs, gate/up and down; each row's sequence and position.
   struct Workspace {
     std::vector<float> x, xn, q, k, v, att, tmp, gate, up;
+    std::vector<float> expert_x, expert_gate, expert_up, expert_down;
     std::vector<int64_t> seq_of_row, pos_of_row;
   };
   // The rows of the pass (their number); throws what forward refuses, before anything changes.
