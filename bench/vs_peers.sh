@@ -69,7 +69,7 @@ for r in $(seq "$ROUNDS"); do
   while read -r t gbs; do rec "$r" "$t" - roofline_GBps machine "$gbs"; done < <(roofline)
   for t in $THREADS; do
     for f in "${FILES[@]}"; do
-      name=$(basename "$f" .gguf)
+      name=$(basename "$(dirname "$f")")/$(basename "$f" .gguf)  # its folder too: q4km of m3b and of moe
       read -r pp tg < <(lb "$LLAMA" "$f" "$t")
       rec "$r" "$t" "$name" pp512 llama.cpp "$pp"; rec "$r" "$t" "$name" tg128 llama.cpp "$tg"
       read -r pp0 tg0 < <(lb "$IK" "$f" "$t" -rtr 0)
