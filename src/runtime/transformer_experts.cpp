@@ -12,9 +12,6 @@ namespace graft::runtime {
 
 namespace {
 
-// The bytes of rows one batch of experts_grouped may hold (see experts_mlp).
-constexpr int64_t kExpertBatchBytes = int64_t{3} << 19;  // 1.5 MiB
-
 // Projections of experts that share one input x [n, in] (the rows of xn they stand for).
 struct ExpertProjection {
   int64_t expert;
@@ -123,6 +120,10 @@ void route(float* probs, int64_t m, int64_t E, int64_t K, bool norm, std::vector
 
 }  // namespace
 
+int64_t Transformer::expert_batch_rows(const model::ModelConfig& c) {
+  return std::max<int64_t>(1, kExpertBatchBytes / (4 * (2 * c.hidden_size + 2 * c.moe_intermediate_size)));
+}
+
 // Each adapter's sequence scale by row of the pass (0: the row does not use it) and the all-rows
 // index, built once per forward pass for every sparse layer.
 Transformer::ExpertRows Transformer::expert_rows(const RowGroups& groups, int64_t m) {
@@ -176,7 +177,7 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
     // at 1 thread than expert by expert; batches of about 64 rows (Qwen3-30B-A3B's shape) were as
     // fast at 1 thread and 8 % faster at 2 (half the dispatches and their tails). A decode step's
     // experts are one batch.
-    const int64_t row_bytes = 4 * (2 * H + 2 * F), budget = std::max<int64_t>(1, kExpertBatchBytes / row_bytes);
+    const int64_t budget = expert_batch_rows(c);
     for (size_t c0 = 0, c1; c0 < chosen.size(); c0 = c1) {
       int64_t rows = static_cast<int64_t>(rows_of[static_cast<size_t>(chosen[c0])].size());
       for (c1 = c0 + 1; c1 < chosen.size(); ++c1) {
@@ -300,21 +301,31 @@ void Transformer::experts_grouped(ThreadPool& pool, int64_t layer, const float* 
     mm.push_back({&L.experts[static_cast<size_t>(chosen[c])].down, down + at[c] * H, nullptr, gate + at[c] * F,
                   at[c + 1] - at[c]});
   compute::matmul_many(pool, nullptr, 0, mm);
-  // Each row's (down row, weight) in ascending expert order.
-  std::vector<std::vector<std::pair<const float*, float>>> terms(static_cast<size_t>(m));
+  // The batch's (row, down row, weight), by row and within a row in ascending expert order; each
+  // row's run of them added on one thread, in that order.
+  struct Term {
+    int64_t row;
+    const float* d;
+    float w;
+  };
+  std::vector<Term> terms;
   for (size_t c = 0; c < nc; ++c) {
     const auto& rows = rows_of[static_cast<size_t>(chosen[c])];
     const auto& w = weight_of[static_cast<size_t>(chosen[c])];
-    for (size_t i = 0; i < rows.size(); ++i)
-      terms[static_cast<size_t>(rows[i])].push_back({down + (at[c] + static_cast<int64_t>(i)) * H, w[i]});
+    for (size_t i = 0; i < rows.size(); ++i) terms.push_back({rows[i], down + (at[c] + static_cast<int64_t>(i)) * H, w[i]});
   }
+  std::stable_sort(terms.begin(), terms.end(), [](const Term& a, const Term& b) { return a.row < b.row; });
+  std::vector<size_t> run = {0};  // where each row's run starts
+  for (size_t i = 1; i <= terms.size(); ++i)
+    if (i == terms.size() || terms[i].row != terms[i - 1].row) run.push_back(i);
   pool.parallel_for(
-      m, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          float* out = y + r * H;
-          for (const auto& [d, w] : terms[static_cast<size_t>(r)])
-            for (int64_t j = 0; j < H; ++j) out[j] += d[j] * w;
-        }
+      static_cast<int64_t>(run.size()) - 1,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          for (size_t i = run[static_cast<size_t>(r)]; i < run[static_cast<size_t>(r) + 1]; ++i) {
+            float* out = y + terms[i].row * H;
+            for (int64_t j = 0; j < H; ++j) out[j] += terms[i].d[j] * terms[i].w;
+          }
       },
       16);
 }

@@ -228,9 +228,6 @@ TEST(LoraUpAdd, EqualsTheDocumentedSumBitForBit) {
   }
 }
 
-// q/k/v and gate/up run as one matmul_many: every target's output equals its own matmul() bit
-// for bit, for each weight storage (dense F32/BF16, GGUF blocks of several types sharing one
-// activation quantization, mlx affine), and each epilogue sees each of its columns exactly once.
 // Random weights for the matmul_many tests: dense F32/F16/BF16 N(0, 0.1), or GGUF blocks with random
 // codes and small finite f16 scales.
 struct RandomWeights {
@@ -262,6 +259,9 @@ struct RandomWeights {
   }
 };
 
+// q/k/v and gate/up run as one matmul_many: every target's output equals its own matmul() bit
+// for bit, for each weight storage (dense F32/BF16, GGUF blocks of several types sharing one
+// activation quantization, mlx affine), and each epilogue sees each of its columns exactly once.
 TEST(MatmulMany, EqualsSeparateMatmulsAndRunsEachEpilogueOncePerColumn) {
   RandomWeights r(9);
   const int64_t k = 256;

@@ -44,6 +44,12 @@ class Transformer {
 
   const model::ModelConfig& config() const { return config_; }
 
+  // A sparse layer's experts run in batches whose rows' buffers (gathered x, gate, up, down: 4 ·
+  // (2·hidden + 2·moe_intermediate) bytes a row) hold about this much, one core's L2
+  // (runtime/transformer_experts.cpp says why).
+  static constexpr int64_t kExpertBatchBytes = int64_t{3} << 19;  // 1.5 MiB
+  static int64_t expert_batch_rows(const model::ModelConfig& c);
+
  private:
   // Per forward pass: for each adapter in use, the rows (of the token matrix, or of the head's rows)
   // that use it and their scales, so terms gather rows by adapter.
