@@ -137,7 +137,8 @@ void lora_term_down(ThreadPool& pool, const LoraTerm& t, const float* xs, int64_
   lora_terms_down(pool, one, xs, n, seq_scales);
 }
 
-TermsDown::TermsDown(ThreadPool& pool, std::span<const TermDown> terms, int64_t n, const std::vector<float>& seq_scales)
+TermsDown::TermsDown(ThreadPool& pool, std::span<const TermDown> terms, int64_t n, const std::vector<float>& seq_scales,
+                     const float* xs)
     : terms_(terms.begin(), terms.end()), n_(n), f32_(terms.size()), plain_(terms.size()) {
   for (size_t i = 0; i < terms_.size(); ++i) {
     const LoraTerm& t = *terms_[i].term;
@@ -151,7 +152,7 @@ TermsDown::TermsDown(ThreadPool& pool, std::span<const TermDown> terms, int64_t 
       y = f32_[i].data();
     }
     if (!t.down.dense.data) plain_[i] = model::Matrix::of(t.a);
-    targets_.push_back({t.down.dense.data ? &t.down : &plain_[i], y, nullptr});
+    targets_.push_back({t.down.dense.data ? &t.down : &plain_[i], y, nullptr, xs, xs ? n : -1});
   }
 }
 

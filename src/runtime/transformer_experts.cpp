@@ -1,5 +1,6 @@
 // The mixture-of-experts MLP of a sparse layer (Transformer::experts_mlp): routing, each chosen
-// expert once over the rows that chose it, and the adapter terms on the experts.
+// expert once over the rows that chose it, the experts in batches of one dispatch each for gate and
+// up and one for the downs, with the adapter terms on the experts inside them.
 #include <algorithm>
 #include <span>
 
@@ -12,60 +13,27 @@ namespace graft::runtime {
 
 namespace {
 
-// Projections of experts that share one input x [n, in] (the rows of xn they stand for).
+// A projection of one expert on the rows of the pass that chose it: x [n, w->cols] (those rows of
+// xn, or of the expert's gated activation), y [n, w->rows].
 struct ExpertProjection {
   int64_t expert;
   model::Role role;  // Gate, Up or Down
   const model::Matrix* w;
-  float* y;  // [n, w->rows]
+  const float* x;
+  int64_t n;
+  const std::vector<int64_t>* rows;  // the rows of the pass x stands for
+  float* y;
 };
 
-// Runs `ps` on x as one matmul_adapted with the adapters' terms inside it, as project_many does:
-// the down passes x·Aᵀ as its first targets, the up-projections in each projection's column
-// epilogue. The same arithmetic as matmul_many and then add_terms, term by term in the same order,
-// so the same bits. Only when every adapter with terms on `ps` is used by all n rows or by none,
-// and no term is LoKr; otherwise returns false before anything has run. (Groups: Transformer's
-// RowGroups, private to it.)
-template <class Groups>
-bool run_inline(ThreadPool& pool, const Groups& groups, const std::vector<std::vector<float>>& scale_of,
-                int64_t layer, const float* x, int64_t n, const std::vector<int64_t>& rows,
-                std::span<const ExpertProjection> ps) {
-  struct On {
-    const LoraTerm* term;
-    size_t adapter;
-    std::vector<float> low;  // [n, low_width()]
-  };
-  std::vector<std::vector<On>> on(ps.size());
-  std::vector<std::vector<float>> scales(groups.size());  // each used adapter's scale by row
-  for (size_t a = 0; a < groups.size(); ++a) {
-    if (scale_of[a].empty()) continue;
-    int64_t used = 0;
-    for (int64_t r : rows) used += scale_of[a][static_cast<size_t>(r)] != 0.0f;
-    if (used == 0) continue;
-    for (size_t i = 0; i < ps.size(); ++i)
-      if (const std::vector<LoraTerm>* terms = groups.adapter(a).at({ps[i].role, layer, ps[i].expert}))
-        for (const LoraTerm& t : *terms) {
-          if (t.kron || used != n) return false;
-          on[i].push_back({&t, a, std::vector<float>(static_cast<size_t>(n * t.low_width()), 0.0f)});
-        }
-    for (int64_t r : rows) scales[a].push_back(scale_of[a][static_cast<size_t>(r)]);
-  }
-  std::vector<RowDowns> by_adapter(groups.size());
-  for (size_t a = 0; a < groups.size(); ++a) by_adapter[a].scales = &scales[a];
-  std::vector<AdaptedTarget> targets;
-  for (size_t i = 0; i < ps.size(); ++i) {
-    targets.push_back({ps[i].w, ps[i].y, nullptr, {}});
-    for (On& o : on[i]) {
-      by_adapter[o.adapter].terms.push_back({o.term, ps[i].w, o.low.data()});
-      targets.back().ups.push_back({o.term, o.low.data(), n, scales[o.adapter].data()});
-    }
-  }
-  std::vector<RowDowns> downs;  // one per adapter with terms here, in adapter order
-  for (RowDowns& d : by_adapter)
-    if (!d.terms.empty()) downs.push_back(std::move(d));
-  matmul_adapted(pool, x, n, targets, downs);
-  return true;
-}
+// The adapters' terms an expert projection runs inside the grouped call (project_experts): an
+// adapter's terms on it, their down passes' results, and the scales of the projection's rows.
+struct InlineTerms {
+  size_t p;  // the projection
+  std::vector<float> scales;
+  std::vector<const LoraTerm*> terms;
+  std::vector<std::vector<float>> lows;  // [n, low_width()] each
+};
+
 
 // The terms of every adapter on a tensor of a sparse layer (an expert's projection, the router)
 // over its n rows: x [n, in] -> y [n, out] += s·(x·Aᵀ)·Bᵀ on the rows whose sequence uses the
@@ -95,6 +63,56 @@ void add_terms(ThreadPool& pool, const Groups& groups, const std::vector<std::ve
       for (int64_t i = 0; i < k; ++i) lora_term_up(t, &low[i * width], scales[i], 0, out, out_rows + at[i] * out);
     }
   }
+}
+
+// Runs `ps` (each on its own input) as one matmul_adapted: the base products, and the adapter terms
+// of every projection where each adapter with terms on it is used by all of its rows or by none and
+// no term is LoKr, inside the call as project_many does (down passes x·Aᵀ as first targets, the
+// up-projections in each projection's column epilogue). Other projections (a batch mixing rows
+// with and without an adapter) get their terms after it, gathered by add_terms. Either way the same
+// arithmetic as the product and then add_terms, term by term in adapter order, so the same bits.
+// (Groups: Transformer's RowGroups, private to it.)
+template <class Groups>
+void project_experts(ThreadPool& pool, const Groups& groups, const std::vector<std::vector<float>>& scale_of,
+                     int64_t layer, std::span<const ExpertProjection> ps) {
+  std::vector<InlineTerms> inside;
+  std::vector<bool> after(ps.size(), false);  // terms added after the call
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const size_t first = inside.size();
+    for (size_t a = 0; a < groups.size() && !after[i]; ++a) {
+      if (scale_of[a].empty()) continue;
+      const std::vector<LoraTerm>* terms = groups.adapter(a).at({ps[i].role, layer, ps[i].expert});
+      if (!terms) continue;
+      InlineTerms on{i, {}, {}, {}};
+      for (int64_t r : *ps[i].rows)
+        if (const float sc = scale_of[a][static_cast<size_t>(r)]; sc != 0.0f) on.scales.push_back(sc);
+      if (on.scales.empty()) continue;
+      after[i] = static_cast<int64_t>(on.scales.size()) != ps[i].n;
+      for (const LoraTerm& t : *terms) {
+        after[i] = after[i] || t.kron;
+        on.terms.push_back(&t);
+        on.lows.emplace_back(static_cast<size_t>(ps[i].n * t.low_width()), 0.0f);
+      }
+      inside.push_back(std::move(on));
+    }
+    if (after[i]) inside.resize(first);
+  }
+  std::vector<AdaptedTarget> targets;
+  for (const ExpertProjection& p : ps) targets.push_back({p.w, p.y, nullptr, {}, p.x, p.n});
+  std::vector<RowDowns> downs;  // (inside is complete: the pointers into it stay valid)
+  for (InlineTerms& on : inside) {
+    const ExpertProjection& p = ps[on.p];
+    downs.push_back({{}, &on.scales, p.x, p.n});
+    for (size_t k = 0; k < on.terms.size(); ++k) {
+      downs.back().terms.push_back({on.terms[k], p.w, on.lows[k].data()});
+      targets[on.p].ups.push_back({on.terms[k], on.lows[k].data(), p.n, on.scales.data()});
+    }
+  }
+  matmul_adapted(pool, nullptr, 0, targets, downs);
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (after[i])
+      add_terms(pool, groups, scale_of, {ps[i].role, layer, ps[i].expert}, *ps[i].rows, ps[i].x, ps[i].w->cols,
+                *ps[i].w, ps[i].y);
 }
 
 // Each row's top K of E experts: softmax over all in F32, the K largest (ties to the lower index),
@@ -144,13 +162,14 @@ Transformer::ExpertRows Transformer::expert_rows(const RowGroups& groups, int64_
 // experts in F32, the top num_experts_per_tok probabilities (ties to the lower index), divided by
 // their sum when norm_topk_prob. Each expert used in the pass runs once on the rows that chose it
 // (gathered), so a prefill batch reads each expert's weights once and a decode step reads only the
-// chosen ones. Adapter terms on the router change the logits before the softmax. y = Σ weight_e · expert_e(x) accumulated from zero in ascending expert order (the
-// order of transformers' index_add_ loop).
+// chosen ones. Adapter terms on the router change the logits before the softmax. y = Σ weight_e ·
+// expert_e(x) accumulated from zero in ascending expert order (the order of transformers'
+// index_add_ loop).
 void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y,
                               const RowGroups& groups, const ExpertRows& sparse_rows) {
   const model::ModelConfig& c = config_;
   const model::LayerWeights& L = weights_.layers[layer];
-  const int64_t E = c.num_experts, K = c.num_experts_per_tok, H = c.hidden_size, F = c.moe_intermediate_size;
+  const int64_t E = c.num_experts, K = c.num_experts_per_tok, H = c.hidden_size;
   const std::vector<std::vector<float>>& scale_of = sparse_rows.scale_of;
   std::vector<float> probs(static_cast<size_t>(m * E));
   matmul(pool, xn, m, L.router, probs.data());
@@ -161,101 +180,35 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
   std::vector<int64_t> chosen;
   for (int64_t e = 0; e < E; ++e)
     if (!rows_of[static_cast<size_t>(e)].empty()) chosen.push_back(e);
-  // No adapter of the pass with terms on a chosen expert (the base model, adapters on attention
-  // only): every chosen expert in two dispatches. Otherwise expert by expert, each with its
-  // adapters' terms; a decode row's chosen experts' gates and ups still in one dispatch.
-  const auto has_terms = [&](int64_t e) {
-    for (size_t a = 0; a < groups.size(); ++a)
-      for (model::Role r : {model::Role::Gate, model::Role::Up, model::Role::Down})
-        if (!scale_of[a].empty() && groups.adapter(a).at({r, layer, e})) return true;
-    return false;
-  };
+  // Experts in batches whose rows' buffers (gathered x, gate, up, down) stay within about one
+  // core's L2: a whole prefill's in one batch streamed them through memory and was 5 % slower at 1
+  // thread than expert by expert; batches of about 64 rows (Qwen3-30B-A3B's shape) were as fast at
+  // 1 thread and 8 % faster at 2 (half the dispatches and their tails). A decode step's experts
+  // are one batch.
   std::fill(y, y + m * H, 0.0f);
-  if (std::none_of(chosen.begin(), chosen.end(), has_terms)) {
-    // Experts in batches whose rows' buffers (gathered x, gate, up, down) stay within about one
-    // core's L2: a whole prefill's in one batch streamed them through memory and was 5 % slower
-    // at 1 thread than expert by expert; batches of about 64 rows (Qwen3-30B-A3B's shape) were as
-    // fast at 1 thread and 8 % faster at 2 (half the dispatches and their tails). A decode step's
-    // experts are one batch.
-    const int64_t budget = expert_batch_rows(c);
-    for (size_t c0 = 0, c1; c0 < chosen.size(); c0 = c1) {
-      int64_t rows = static_cast<int64_t>(rows_of[static_cast<size_t>(chosen[c0])].size());
-      for (c1 = c0 + 1; c1 < chosen.size(); ++c1) {
-        const int64_t more = static_cast<int64_t>(rows_of[static_cast<size_t>(chosen[c1])].size());
-        if (rows + more > budget) break;
-        rows += more;
-      }
-      experts_grouped(pool, layer, xn, m, y, std::span<const int64_t>(chosen).subspan(c0, c1 - c0), rows_of, weight_of);
+  const int64_t budget = expert_batch_rows(c);
+  for (size_t c0 = 0, c1; c0 < chosen.size(); c0 = c1) {
+    int64_t rows = static_cast<int64_t>(rows_of[static_cast<size_t>(chosen[c0])].size());
+    for (c1 = c0 + 1; c1 < chosen.size(); ++c1) {
+      const int64_t more = static_cast<int64_t>(rows_of[static_cast<size_t>(chosen[c1])].size());
+      if (rows + more > budget) break;
+      rows += more;
     }
-    return;
-  }
-  const GluFn glu_fn = glu();
-  const bool together = m == 1;
-  std::vector<float> xs, gate, up, down;
-  auto gate_up = [&](std::span<const int64_t> experts, const float* in, int64_t n, const std::vector<int64_t>& rows) {
-    std::vector<ExpertProjection> ps;
-    for (size_t i = 0; i < experts.size(); ++i) {
-      const model::ExpertWeights& X = L.experts[static_cast<size_t>(experts[i])];
-      ps.push_back({experts[i], model::Role::Gate, &X.gate, gate.data() + i * n * F});
-      ps.push_back({experts[i], model::Role::Up, &X.up, up.data() + i * n * F});
-    }
-    if (run_inline(pool, groups, scale_of, layer, in, n, rows, ps)) return;
-    std::vector<compute::MatmulTarget> mm;
-    for (const ExpertProjection& p : ps) mm.push_back({p.w, p.y});
-    compute::matmul_many(pool, in, n, mm);
-    for (const ExpertProjection& p : ps)
-      add_terms(pool, groups, scale_of, {p.role, layer, p.expert}, rows, in, H, *p.w, p.y);
-  };
-  if (together) {
-    gate.resize(static_cast<size_t>(chosen.size() * F));
-    up.resize(static_cast<size_t>(chosen.size() * F));
-    gate_up(chosen, xn, 1, rows_of[static_cast<size_t>(chosen[0])]);
-  }
-  for (size_t c = 0; c < chosen.size(); ++c) {
-    const int64_t e = chosen[c];
-    const auto& rows = rows_of[static_cast<size_t>(e)];
-    const int64_t n = static_cast<int64_t>(rows.size());
-    const model::ExpertWeights& X = L.experts[static_cast<size_t>(e)];
-    float* g = gate.data();
-    if (together) {
-      g += c * F;
-      glu_fn(g, up.data() + c * F, F, g);
-    } else {
-      const float* in = xn;
-      if (n != m) {  // gather the rows that chose this expert
-        xs.resize(static_cast<size_t>(n * H));
-        for (int64_t i = 0; i < n; ++i) std::copy(xn + rows[i] * H, xn + (rows[i] + 1) * H, &xs[i * H]);
-        in = xs.data();
-      }
-      gate.resize(static_cast<size_t>(n * F));
-      up.resize(static_cast<size_t>(n * F));
-      gate_up(std::span<const int64_t>(&e, 1), in, n, rows);
-      g = gate.data();
-      for (int64_t i = 0; i < n; ++i) glu_fn(&g[i * F], &up[i * F], F, &g[i * F]);
-    }
-    down.resize(static_cast<size_t>(n * H));
-    const ExpertProjection d[] = {{e, model::Role::Down, &X.down, down.data()}};
-    if (!run_inline(pool, groups, scale_of, layer, g, n, rows, d)) {
-      matmul(pool, g, n, X.down, down.data());
-      add_terms(pool, groups, scale_of, {model::Role::Down, layer, e}, rows, g, F, X.down, down.data());
-    }
-    const auto& w = weight_of[static_cast<size_t>(e)];
-    for (int64_t i = 0; i < n; ++i) {
-      float* out = y + rows[i] * H;
-      for (int64_t j = 0; j < H; ++j) out[j] += down[i * H + j] * w[i];
-    }
+    experts_grouped(pool, layer, xn, m, y, std::span<const int64_t>(chosen).subspan(c0, c1 - c0), rows_of, weight_of,
+                    groups, scale_of);
   }
 }
 
 // The experts of `chosen` (a batch, ascending): each one's rows gathered (an expert every row chose
 // reads xn itself: a decode step's experts all share one activation quantization), all gates and
-// ups as one matmul_many (each pair on its expert's rows), the gated activation over all rows, all
-// downs as a second one, then each row's y += weight · down over its experts in ascending expert
-// order. Rows are shared among the threads at every step. The same bits as expert by expert: no
+// ups as one call (each pair on its expert's rows, the adapters' terms on them inside it:
+// project_experts), the gated activation over all rows, all downs as a second one, then each
+// row's y += weight · down over its experts in ascending expert order. Rows are shared among the threads at every step. The same bits as expert by expert: no
 // kernel depends on the column cut or on the other rows, and each y element sums in the same order.
 void Transformer::experts_grouped(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y,
                                   std::span<const int64_t> chosen, const std::vector<std::vector<int64_t>>& rows_of,
-                                  const std::vector<std::vector<float>>& weight_of) {
+                                  const std::vector<std::vector<float>>& weight_of, const RowGroups& groups,
+                                  const std::vector<std::vector<float>>& scale_of) {
   const model::LayerWeights& L = weights_.layers[layer];
   const int64_t H = config_.hidden_size, F = config_.moe_intermediate_size;
   const size_t nc = chosen.size();
@@ -281,26 +234,29 @@ void Transformer::experts_grouped(ThreadPool& pool, int64_t layer, const float* 
         for (size_t i = 0; i < rows.size(); ++i) std::copy(xn + rows[i] * H, xn + (rows[i] + 1) * H, out + i * H);
       }
     });
-  std::vector<compute::MatmulTarget> mm;
+  std::vector<ExpertProjection> ps;
   for (size_t c = 0; c < nc; ++c) {
-    const model::ExpertWeights& X = L.experts[static_cast<size_t>(chosen[c])];
-    const int64_t rows = at[c + 1] - at[c];
+    const int64_t e = chosen[c], rows = at[c + 1] - at[c];
+    const model::ExpertWeights& X = L.experts[static_cast<size_t>(e)];
     const float* in = rows == m ? xn : xs + gathered_at[c] * H;
-    mm.push_back({&X.gate, gate + at[c] * F, nullptr, in, rows});
-    mm.push_back({&X.up, up + at[c] * F, nullptr, in, rows});
+    const std::vector<int64_t>* of = &rows_of[static_cast<size_t>(e)];
+    ps.push_back({e, model::Role::Gate, &X.gate, in, rows, of, gate + at[c] * F});
+    ps.push_back({e, model::Role::Up, &X.up, in, rows, of, up + at[c] * F});
   }
-  compute::matmul_many(pool, nullptr, 0, mm);
+  project_experts(pool, groups, scale_of, layer, ps);
   const GluFn glu_fn = glu();
   pool.parallel_for(  // (grains: a decode step's few rows run here, without a dispatch)
       n, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) glu_fn(gate + r * F, up + r * F, F, gate + r * F);
       },
       64);
-  mm.clear();
-  for (size_t c = 0; c < nc; ++c)
-    mm.push_back({&L.experts[static_cast<size_t>(chosen[c])].down, down + at[c] * H, nullptr, gate + at[c] * F,
-                  at[c + 1] - at[c]});
-  compute::matmul_many(pool, nullptr, 0, mm);
+  ps.clear();
+  for (size_t c = 0; c < nc; ++c) {
+    const int64_t e = chosen[c];
+    ps.push_back({e, model::Role::Down, &L.experts[static_cast<size_t>(e)].down, gate + at[c] * F, at[c + 1] - at[c],
+                  &rows_of[static_cast<size_t>(e)], down + at[c] * H});
+  }
+  project_experts(pool, groups, scale_of, layer, ps);
   // The batch's (row, down row, weight), by row and within a row in ascending expert order; each
   // row's run of them added on one thread, in that order.
   struct Term {

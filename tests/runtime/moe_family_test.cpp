@@ -167,31 +167,51 @@ TEST(MoeFamily, GroupedPrefillEqualsTokenByToken) {
 // MiB of rows: 2,048 rows at this width), each adding into y: 8 sequences of 200 tokens route 3,200
 // rows to experts (2 of 4 a token), so every expert's rows cross batches. Each sequence's logits
 // equal its own pass's (400 expert rows: one batch) bit for bit: no kernel depends on the other
-// rows, and each y element sums its experts in the same order.
+// rows, and each y element sums its experts in the same order. With an expert adapter (PEFT's, and
+// mlx-lm's with the router) on every sequence, its terms run inside the batch's calls; on every
+// other one, a projection whose rows mix both gets them after the call, gathered (add_terms):
+// the same bits either way.
 TEST(MoeFamily, ExpertBatchesOfALargePassEqualEachSequenceAlone) {
-  for (const std::string& dir : {qwen_dir(), mixtral_dir()}) {
-    model::LoadedModel lm = model::load_model(dir);
+  struct Case {
+    std::string model, adapter;  // no adapter when empty
+    int64_t every;               // the adapter on sequences s % every == 0
+  };
+  const std::string peft = "engine_adapters/qwen3_moe_f32/peft_experts", mlx = "engine_adapters/mixtral_f32/mlx_switch";
+  const std::vector<Case> cases = {{qwen_dir(), "", 1},
+                                   {mixtral_dir(), "", 1},
+                                   {qwen_dir(), test::fixture(peft), 1},
+                                   {qwen_dir(), test::fixture(peft), 2},
+                                   {mixtral_dir(), test::fixture(mlx), 2}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.model + " " + c.adapter + " every " + std::to_string(c.every));
+    model::LoadedModel lm = model::load_model(c.model);
+    std::shared_ptr<const test::LoraSet> set;
+    if (!c.adapter.empty()) set = make_lora_set(lm.config, *lm.source, {{test::read_adapter(c.adapter), 1.0f}});
     const int64_t S = 8, n = 200, V = lm.config.vocab_size;
     ASSERT_GT(S * n * lm.config.num_experts_per_tok, Transformer::expert_batch_rows(lm.config))
         << "the pass must span more than one batch";
     std::vector<std::vector<int32_t>> ids(S);
     for (int64_t s = 0; s < S; ++s)
       for (int64_t i = 0; i < n; ++i) ids[s].push_back(static_cast<int32_t>((s * 37 + i * 11 + i * i) % V));
+    const auto on = test::scaled(set, {1.0f});
+    auto adapters = [&](int64_t s) {
+      return set && s % c.every == 0 ? std::span<const ScaledAdapter>(on) : std::span<const ScaledAdapter>();
+    };
     ThreadPool pool(2);
     Transformer t(lm.config, lm.weights);
     std::vector<std::unique_ptr<KVCache>> caches;
     std::vector<SequenceInput> batch;
     for (int64_t s = 0; s < S; ++s) {
       caches.push_back(std::make_unique<KVCache>(lm.config, n + 1, test::kReferenceCache));
-      batch.push_back({caches.back().get(), ids[s]});
+      batch.push_back({caches.back().get(), ids[s], false, adapters(s)});
     }
     const std::vector<float> together = t.forward(pool, batch);
     ASSERT_EQ(together.size(), static_cast<size_t>(S * V));
     for (int64_t s = 0; s < S; ++s) {
       KVCache cache(lm.config, n + 1, test::kReferenceCache);
-      SequenceInput in{&cache, ids[s]};
+      SequenceInput in{&cache, ids[s], false, adapters(s)};
       const std::vector<float> alone = t.forward(pool, std::span(&in, 1));
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), together.begin() + s * V)) << dir << " sequence " << s;
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), together.begin() + s * V)) << "sequence " << s;
     }
   }
 }

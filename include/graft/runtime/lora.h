@@ -177,9 +177,12 @@ void lora_terms_down(ThreadPool& pool, std::span<const TermDown> terms, const fl
 // lora_terms_down in parts, so the projection's own matmul_many can run the down passes as its
 // `first` targets (same x, same dispatch): the constructor does the per-call preparation (DoRA
 // state, buffers), targets() are the A products, finish() what must follow them (8-bit rounding).
+// With `xs`, the targets carry it as their own input (MatmulTarget::x, n rows); else they read the
+// matmul_many's x.
 class TermsDown {
  public:
-  TermsDown(ThreadPool& pool, std::span<const TermDown> terms, int64_t n, const std::vector<float>& seq_scales);
+  TermsDown(ThreadPool& pool, std::span<const TermDown> terms, int64_t n, const std::vector<float>& seq_scales,
+            const float* xs = nullptr);
   std::span<const compute::MatmulTarget> targets() const { return targets_; }
   void finish() const;
 

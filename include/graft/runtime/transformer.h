@@ -88,12 +88,13 @@ class Transformer {
   // adapter terms on that expert for those of its rows whose sequence uses the adapter.
   void experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y, const RowGroups& groups,
                    const ExpertRows& sparse_rows);
-  // A batch of experts_mlp's chosen experts (ascending) in two dispatches, added into y, for passes
-  // whose adapters have no terms on them: rows_of / weight_of by expert (the rows that chose it and
-  // their routing weights).
+  // A batch of experts_mlp's chosen experts (ascending) in two dispatches, with the adapter terms on
+  // them, added into y: rows_of / weight_of by expert (the rows that chose it and their routing
+  // weights), scale_of as ExpertRows'.
   void experts_grouped(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y,
                        std::span<const int64_t> chosen, const std::vector<std::vector<int64_t>>& rows_of,
-                       const std::vector<std::vector<float>>& weight_of);
+                       const std::vector<std::vector<float>>& weight_of, const RowGroups& groups,
+                       const std::vector<std::vector<float>>& scale_of);
   // The gated activation of the MLPs, dense and expert: out = act(gate) ⊙ up (the config's hidden_act).
   using GluFn = void (*)(const float* gate, const float* up, int64_t n, float* out);
   GluFn glu() const;
