@@ -9,6 +9,7 @@
 #   e.g. git worktree add /tmp/before <rev> && cmake -S /tmp/before -B /tmp/before/build \
 #          -DCMAKE_BUILD_TYPE=Release && cmake --build /tmp/before/build --target graft
 #        bench/before_after.sh /tmp/before/build/graft build/graft 5 128 "1 2" models/*.gguf
+#   EXTRA="--lora DIR --lora-dtype q8_0": more options for every graft generate run.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
@@ -18,6 +19,7 @@ if [ $# -lt 6 ]; then
 fi
 A=$1 B=$2 ROUNDS=$3 N=$4 THREADS=$5
 shift 5
+read -r -a EXTRA <<<"${EXTRA:-}"
 P=${PROMPT:-$(bench_prompt)}  # PROMPT=... for a shorter one on big models
 OUT=${OUT:-/tmp/before_after.tsv}
 : >"$OUT"
@@ -28,7 +30,7 @@ for r in $(seq "$ROUNDS"); do
       order="A B"; [ $((r % 2)) -eq 0 ] && order="B A"
       for which in $order; do
         bin=$A; [ "$which" = B ] && bin=$B
-        line=$(timeout 600 "$bin" generate -m "$m" -p "$P" --temp 0 -n "$N" --ignore-eos -t "$t" 2>&1 >/dev/null | tail -1)
+        line=$(timeout 600 "$bin" generate -m "$m" -p "$P" --temp 0 -n "$N" --ignore-eos -t "$t" "${EXTRA[@]}" 2>&1 >/dev/null | tail -1)
         pp=$(sed -E 's/.*prompt: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/' <<<"$line")
         tg=$(sed -E 's/.*generated: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/' <<<"$line")
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$t" "$(basename "$m")" "$which" "$pp" "$tg" >>"$OUT"

@@ -12,7 +12,7 @@
 #
 #   M=<dir with Q4_K_M.gguf> LLAMA=<llama.cpp build>/bin [LORA=<PEFT dir>] bench/moe_decode.sh [ROUNDS] [FILE]
 #       (defaults: 3 rounds, Q4_K_M)
-# Env: GRAFT (default build/graft), GRAFT_B (a second graft binary, e.g. the branch point: its
+# Env: LORA_OPTS (more options with --lora, e.g. "--lora-dtype q8_0"), GRAFT (default build/graft), GRAFT_B (a second graft binary, e.g. the branch point: its
 # decode rows, base and LoRA, as "graft-b" in the same rounds), THREADS (default "1 2"), OUT (default /tmp/moe_decode.tsv),
 # LOCK (default /tmp/bench.lock; empty: no lock). Writes one line per measurement (round, threads,
 # metric, engine, value) into $OUT, graft's first stderr line and weights-read figure into $OUT.load,
@@ -29,6 +29,7 @@ OUT=${OUT:-/tmp/moe_decode.tsv}
 THREADS=${THREADS:-"1 2"}
 LOCK=${LOCK-/tmp/bench.lock}
 LORA=${LORA:-}
+read -r -a LORA_OPTS <<<"${LORA_OPTS:-}"  # more options with --lora, e.g. LORA_OPTS="--lora-dtype q8_0"
 MODEL="$M/$F.gguf"
 P=$(bench_prompt)
 lb() { llama_bench_ts "$LLAMA" "$MODEL" "$1" "$2" "$3"; }  # threads pp tg
@@ -51,11 +52,11 @@ round() {  # r: one round, all thread counts
       rec "$r" "$t" pp512 graft "$(gen "$t" 1 "$P" | field prompt)"
       rec "$r" "$t" tg128 graft "$(gen "$t" 128 "Once upon a time" | field generated)"
       if [ -n "$LORA" ]; then
-        rec "$r" "$t" tg128 graft+lora "$(gen "$t" 128 "Once upon a time" --lora "$LORA" | field generated)"
+        rec "$r" "$t" tg128 graft+lora "$(gen "$t" 128 "Once upon a time" --lora "$LORA" "${LORA_OPTS[@]}" | field generated)"
       fi
       if [ -n "$GB" ]; then
         rec "$r" "$t" tg128 graft-b "$(gen -b "$t" 128 "Once upon a time" | field generated)"
-        [ -n "$LORA" ] && rec "$r" "$t" tg128 graft-b+lora "$(gen -b "$t" 128 "Once upon a time" --lora "$LORA" | field generated)"
+        [ -n "$LORA" ] && rec "$r" "$t" tg128 graft-b+lora "$(gen -b "$t" 128 "Once upon a time" --lora "$LORA" "${LORA_OPTS[@]}" | field generated)"
       fi
     }
     if [ $((r % 2)) = 1 ]; then llama_side; graft_side; else graft_side; llama_side; fi
@@ -68,10 +69,10 @@ if [ -n "$ONE" ]; then round "$ONE"; exit; fi
 {
   echo "start $(date -u +%H:%M) load $(cut -d' ' -f1-3 /proc/loadavg)"
   "$G" generate -m "$MODEL" -p hi -n 1 2>&1 >/dev/null | sed -n '1p;$p'
-  [ -n "$LORA" ] && "$G" generate -m "$MODEL" -p hi -n 1 --lora "$LORA" 2>&1 >/dev/null | sed -n '1p;$p'
+  [ -n "$LORA" ] && "$G" generate -m "$MODEL" -p hi -n 1 --lora "$LORA" "${LORA_OPTS[@]}" 2>&1 >/dev/null | sed -n '1p;$p'
 } | tee "$OUT.load"
 for r in $(seq "$ROUNDS"); do
-  OUT=$OUT M=$M LLAMA=$LLAMA LORA=$LORA GRAFT=$G GRAFT_B=$GB THREADS=$THREADS locked "$0" --round "$r" 1 "$F"
+  OUT=$OUT M=$M LLAMA=$LLAMA LORA=$LORA LORA_OPTS="${LORA_OPTS[*]}" GRAFT=$G GRAFT_B=$GB THREADS=$THREADS locked "$0" --round "$r" 1 "$F"
 done
 echo "end $(date -u +%H:%M) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT.load"
 python3 - "$OUT" <<'PY'

@@ -21,6 +21,13 @@
 #   -ub 512 -n 128, the row N_KV = N, at its better -rtr; graft generate on a prompt of about N
 #   tokens, the bench sentence repeated, with --ctx-size N + 256). Its GB/s counts the weights only,
 #   not the KV cache read at that depth.
+# - TTFT=1 adds the time to first token, load included: the wall time of one process from start to
+#   exit that loads the file (already in the page cache), reads the 513-token bench prompt and
+#   writes one token: graft generate -n 1, llama.cpp's llama-completion -n 1 -no-cnv, ik's
+#   llama-cli -n 1 at its better of -rtr 0/1 (-rtr repacks at load: it costs load time). In ms.
+# - ISA=avx2 stands for an AVX2-only machine on an AVX-512 one: the peers' AVX2 builds
+#   (PEER_ISA=avx2 bench/build_peers.sh) and graft with GRAFT_MATMUL_ISA=avx2 GRAFT_Q8_KERNEL=avx2
+#   (its AVX2 kernels, no BF16 dot). The memory, and so the roofline, stay this machine's.
 # - A MoE file (one with ffn_gate_exps tensors) adds ik's -rtr 1 -muge 1 (up and gate experts merged)
 #   to its runs; -fmoe (fused MoE) is its default. Give MoE and 8B files as FILEs like any other.
 set -euo pipefail
@@ -36,9 +43,18 @@ G=${GRAFT:-$ROOT/build/graft}
 GB=${GRAFT_BENCH:-$ROOT/build/graft_bench}
 OUT=${OUT:-/tmp/vs_peers.tsv}
 DEPTH=${DEPTH:-0}
-LLAMA=$(ls -d "$PEERS"/llama_cpp_python-*/vendor/llama.cpp/build/bin | head -1)
-IK=$(ls -d "$PEERS"/ik_llama_cpp_python-*/vendor/ik_llama.cpp/build/bin | head -1)
-for b in "$LLAMA/llama-bench" "$IK/llama-bench" "$G" "$GB"; do
+TTFT=${TTFT:-0}
+BUILD=build
+case ${ISA:-native} in
+  native) ;;
+  avx2) BUILD=build-avx2; export GRAFT_MATMUL_ISA=avx2 GRAFT_Q8_KERNEL=avx2 ;;
+  *) echo "ISA: native or avx2" >&2; exit 2 ;;
+esac
+LLAMA=$(ls -d "$PEERS"/llama_cpp_python-*/vendor/llama.cpp/$BUILD/bin 2>/dev/null | head -1 || true)
+IK=$(ls -d "$PEERS"/ik_llama_cpp_python-*/vendor/ik_llama.cpp/$BUILD/bin 2>/dev/null | head -1 || true)
+NEED=("$LLAMA/llama-bench" "$IK/llama-bench" "$G" "$GB")
+[ "$TTFT" = 1 ] && NEED+=("$LLAMA/llama-completion" "$IK/llama-cli")
+for b in "${NEED[@]}"; do
   [ -x "$b" ] || { echo "missing $b (bench/build_peers.sh builds the peers; make build graft)" >&2; exit 2; }
 done
 export LD_LIBRARY_PATH="$LLAMA:$IK:${LD_LIBRARY_PATH:-}"
@@ -58,13 +74,18 @@ sweep() {  # ik's llama-sweep-bench FILE THREADS [options]: S_TG (tg128 tokens/s
   (cd "${TMPDIR:-/tmp}" && LD_LIBRARY_PATH="$IK" "$IK/llama-sweep-bench" -m "$f" -t "$t" -c $((DEPTH + 512)) -ub 512 -n 128 "$@" 2>&1) |
     awk -F'|' -v d="$DEPTH" '$4 + 0 == d && $3 + 0 > 0 { gsub(/ /, "", $8); print $8; exit }'
 }
+wall_ms() {  # wall_ms CMD... -> its wall time in ms (output discarded; a failure prints nothing)
+  local s; s=$(date +%s%N)
+  "$@" >/dev/null 2>&1 </dev/null || return 0
+  echo $((($(date +%s%N) - s) / 1000000))
+}
 roofline() {
   "$GB" --benchmark_filter=BM_ReadRoofline --benchmark_format=json 2>/dev/null |
     python3 -c 'import json,sys
 for b in json.load(sys.stdin)["benchmarks"]: print(b["name"].split("/")[1], round(b["bytes_per_second"]/1e9, 1))'
 }
 
-echo "start $(date -u +%FT%H:%MZ) load $(cut -d' ' -f1-3 /proc/loadavg) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs" >&2
+echo "start $(date -u +%FT%H:%MZ) ISA ${ISA:-native} load $(cut -d' ' -f1-3 /proc/loadavg) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs" >&2
 for r in $(seq "$ROUNDS"); do
   while read -r t gbs; do rec "$r" "$t" - roofline_GBps machine "$gbs"; done < <(roofline)
   for t in $THREADS; do
@@ -82,6 +103,13 @@ for r in $(seq "$ROUNDS"); do
       rec "$r" "$t" "$name" pp512 graft "$(field prompt <<<"$line")"
       rec "$r" "$t" "$name" tg128 graft "$(field generated <<<"$line")"
       rec "$r" "$t" "$name" MB_per_token graft "$(sed -E 's/.*weights read per token: ([0-9.]+) MB.*/\1/' <<<"$line")"
+      if [ "$TTFT" = 1 ]; then
+        rec "$r" "$t" "$name" ttft_ms llama.cpp "$(LD_LIBRARY_PATH="$LLAMA" wall_ms "$LLAMA/llama-completion" -m "$f" -p "$P" -n 1 -t "$t" --temp 0 -no-cnv)"
+        k0=$(LD_LIBRARY_PATH="$IK" wall_ms "$IK/llama-cli" -m "$f" -p "$P" -n 1 -t "$t" --temp 0)
+        k1=$(LD_LIBRARY_PATH="$IK" wall_ms "$IK/llama-cli" -m "$f" -p "$P" -n 1 -t "$t" --temp 0 -rtr)
+        rec "$r" "$t" "$name" ttft_ms ik_llama.cpp "$(python3 -c "print(min(x for x in (${k0:-0}, ${k1:-0}) if x > 0) if ${k0:-0} + ${k1:-0} else 0)")"
+        rec "$r" "$t" "$name" ttft_ms graft "$(wall_ms "$G" generate -m "$f" -p "$P" --temp 0 -n 1 -t "$t")"
+      fi
       if [ "$DEPTH" -gt 0 ]; then
         fig="tg128@d$DEPTH"
         # (llama-bench keeps its -p 512 beside -p 0: the last figure is tg128 at depth)

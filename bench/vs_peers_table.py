@@ -1,6 +1,7 @@
 """The Markdown table of bench/vs_peers.sh from its raw rows (round, threads, file, figure, engine,
 value): medians (min-max) over the rounds; decode also as GB/s (graft's bytes read per token x
-tokens/s, the same weights for every engine) and % of the read roofline measured in the same run.
+tokens/s, the same weights for every engine) and % of the read roofline measured in the same run;
+ttft_ms (time to first token, load included) in ms, its ratio ik's time over graft's (> 1: graft first).
 
 Usage: python3 bench/vs_peers_table.py /tmp/vs_peers.tsv
 """
@@ -32,7 +33,8 @@ def main(path):
     for f, t in keys:
         mb = statistics.median(rows[(t, f, "MB_per_token", "graft")] or [0])
         depth = sorted({fig for (t2, f2, fig, e) in rows if f2 == f and t2 == t and fig.startswith("tg128@")})
-        for fig in ["pp512", "tg128"] + depth:
+        ttft = ["ttft_ms"] if rows[(t, f, "ttft_ms", "graft")] else []
+        for fig in ["pp512", "tg128"] + depth + ttft:
             cells, med = [], {}
             for e in ENGINES:
                 xs = rows[(t, f, fig, e)]
@@ -42,7 +44,9 @@ def main(path):
                     gbs = med[e] * mb / 1000
                     cell += f"<br>{gbs:.1f} GB/s, {100 * gbs / roof[t]:.0f} %"
                 cells.append(cell)
-            ratio = f"{med['graft'] / med['ik_llama.cpp']:.2f}×" if med["graft"] and med["ik_llama.cpp"] else "–"
+            ratio = "–"
+            if med["graft"] and med["ik_llama.cpp"]:  # graft's speed over ik's (a time: ik's over graft's)
+                ratio = f"{(med['ik_llama.cpp'] / med['graft']) if fig == 'ttft_ms' else (med['graft'] / med['ik_llama.cpp']):.2f}×"
             print(f"| {f} | {t} | {fig} | " + " | ".join(cells) + f" | {ratio} |")
     print()
     per_file = {f: statistics.median(rows[(t, f, "MB_per_token", "graft")]) for f, t in keys

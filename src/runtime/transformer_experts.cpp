@@ -25,16 +25,6 @@ struct ExpertProjection {
   float* y;
 };
 
-// The adapters' terms an expert projection runs inside the grouped call (project_experts): an
-// adapter's terms on it, their down passes' results, and the scales of the projection's rows.
-struct InlineTerms {
-  size_t p;  // the projection
-  std::vector<float> scales;
-  std::vector<const LoraTerm*> terms;
-  std::vector<std::vector<float>> lows;  // [n, low_width()] each
-};
-
-
 // The terms of every adapter on a tensor of a sparse layer (an expert's projection, the router)
 // over its n rows: x [n, in] -> y [n, out] += s·(x·Aᵀ)·Bᵀ on the rows whose sequence uses the
 // adapter (gathered, as project_many does).
@@ -64,6 +54,15 @@ void add_terms(ThreadPool& pool, const Groups& groups, const std::vector<std::ve
     }
   }
 }
+
+// The adapters' terms an expert projection runs inside the grouped call (project_experts): an
+// adapter's terms on it, their down passes' results, and the scales of the projection's rows.
+struct InlineTerms {
+  size_t p;  // the projection
+  std::vector<float> scales;
+  std::vector<const LoraTerm*> terms;
+  std::vector<std::vector<float>> lows;  // [n, low_width()] each
+};
 
 // Runs `ps` (each on its own input) as one matmul_adapted: the base products, and the adapter terms
 // of every projection where each adapter with terms on it is used by all of its rows or by none and
