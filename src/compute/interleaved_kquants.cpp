@@ -20,6 +20,8 @@
 // qh[32h + l]. The copy keeps q (6 bits), sc (int8) and d (widened to F32, exact) as they are, so a
 // block of 32 columns is the block model's two 16-column steps with scales d·sc (exact in F32: 11
 // significant bits times 8), and the copy reads back to the GGUF bytes (deinterleave_q6_k_row).
+#include <emmintrin.h>
+
 #include <cstring>
 
 #include "graft/core/error.h"
@@ -41,12 +43,22 @@ uint32_t load_u32(const uint8_t* p) {  // four bytes, little-endian as the file 
   return v;
 }
 
-// Word t (0..3) of a block's codes: byte e holds column 4t + e in its low nibble and 16 + 4t + e in
-// its high one, taken from the 4-bit field at `shift` of q[0..31]. Four bytes at a time in 32-bit
-// words (byte arrays made the compiler store bytes and load words, a store-forwarding stall per word:
-// half of the copy's time).
-uint32_t nibble_word(const uint8_t* q, int t, int shift) {
-  return ((load_u32(q + 4 * t) >> shift) & 0x0f0f0f0fu) | ((load_u32(q + 16 + 4 * t) >> shift) & 0x0f0f0f0fu) << 4;
+// Words t = 0..3 of a block's codes, word t at dst + 64t: byte e of word t holds column 4t + e in
+// its low nibble and 16 + 4t + e in its high one, taken from the 4-bit field at `shift` (0 or 4) of
+// q[0..31]. All four at once in one SSE2 vector (a 32-bit word at a time was most of the time a
+// load spent here: the scalar shifts and masks of 32 words per super-block and row).
+void store_nibble_words(const uint8_t* q, int shift, uint8_t* dst) {
+  const __m128i low = _mm_set1_epi8(0x0f);
+  __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+  if (shift) {  // (a 16-bit shift: the mask drops what crosses a byte)
+    a = _mm_srli_epi16(a, 4);
+    c = _mm_srli_epi16(c, 4);
+  }
+  const __m128i w = _mm_or_si128(_mm_and_si128(a, low), _mm_slli_epi16(_mm_and_si128(c, low), 4));
+  alignas(16) uint32_t words[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(words), w);
+  for (int t = 0; t < 4; ++t) std::memcpy(dst + t * 64, &words[t], 4);
 }
 
 // The one driver: checks w is a [n, k] `dtype` matrix with k a multiple of 256, makes an empty copy
@@ -108,11 +120,8 @@ std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, Thread
       auto* sm = const_cast<uint8_t*>(b.q4k_scales(g, blk));
       q4k_scale_min(p + 4, s, &sm[r], &sm[kRows + r]);
       // Sub-block s's nibble of column c: qs[32(s/2) + c], low for even s.
-      uint8_t* dst = const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4;
-      for (int t = 0; t < 4; ++t) {
-        const uint32_t word = nibble_word(p + 16 + 32 * (s / 2), t, 4 * (s % 2));
-        std::memcpy(dst + t * 64, &word, 4);
-      }
+      store_nibble_words(p + 16 + 32 * (s / 2), 4 * (s % 2),
+                         const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4);
     }
   });
 }
@@ -161,10 +170,7 @@ std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, Thread
       params[blk * 32 + r] = d * static_cast<float>(sc);
       params[blk * 32 + kRows + r] = -(dmin * static_cast<float>(m));
       uint8_t* dst = const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4;
-      for (int t = 0; t < 4; ++t) {
-        const uint32_t word = nibble_word(p + 48 + 32 * (s / 2), t, 4 * (s % 2));
-        std::memcpy(dst + t * 64, &word, 4);
-      }
+      store_nibble_words(p + 48 + 32 * (s / 2), 4 * (s % 2), dst);
       // The word of fifth bits: byte e, bit t = the fifth bit of column 4t + e.
       for (int c = 0; c < 32; ++c) dst[256 + c % 4] |= static_cast<uint8_t>(((qh[c] >> s) & 1) << (c / 4));
     }
@@ -187,10 +193,9 @@ std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, Thread
       const int h = s / 4, u = s % 4;
       const uint8_t* qh = p + 128 + 32 * h;
       uint8_t* dst = const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4;
+      store_nibble_words(p + 64 * h + 32 * (u % 2), 4 * (u / 2), dst);
       uint32_t high[2] = {0, 0};
       for (int t = 0; t < 4; ++t) {
-        const uint32_t word = nibble_word(p + 64 * h + 32 * (u % 2), t, 4 * (u / 2));
-        std::memcpy(dst + t * 64, &word, 4);
         for (int part = 0; part < 2; ++part)
           high[part] |= ((load_u32(qh + 16 * part + 4 * t) >> (2 * u)) & 0x03030303u) << (2 * t);
       }
