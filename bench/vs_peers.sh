@@ -34,7 +34,8 @@ set -euo pipefail
 ROUNDS=${1:?ROUNDS}
 THREADS=${2:?THREADS}
 shift 2
-FILES=("$@")
+FILES=()
+for f in "$@"; do FILES+=("$(realpath -s "$f")"); done  # absolute: ik's tools run in a scratch directory
 [ ${#FILES[@]} -gt 0 ] || { echo "give at least one GGUF file" >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
@@ -68,10 +69,12 @@ lb() {  # lb BIN FILE THREADS -> "pp tg" tokens/s (pp512, tg128), extra llama-be
   LD_LIBRARY_PATH="$bin" "$bin/llama-bench" -m "$f" -t "$t" -p 512 -n 128 -r 1 "$@" -o json 2>/dev/null |
     python3 -c 'import json,sys; r=json.load(sys.stdin); print(*[round(x["avg_ts"],2) for x in r])'
 }
+in_scratch() {  # ik's tools write a log (llama.log, main.log) into the working directory: not the repo's
+  (cd "${TMPDIR:-/tmp}" && LD_LIBRARY_PATH="$IK" "$@")
+}
 sweep() {  # ik's llama-sweep-bench FILE THREADS [options]: S_TG (tg128 tokens/s) of its row N_KV = DEPTH
   local f=$1 t=$2; shift 2
-  # It writes llama.log into the working directory: run it in a scratch one.
-  (cd "${TMPDIR:-/tmp}" && LD_LIBRARY_PATH="$IK" "$IK/llama-sweep-bench" -m "$f" -t "$t" -c $((DEPTH + 512)) -ub 512 -n 128 "$@" 2>&1) |
+  in_scratch "$IK/llama-sweep-bench" -m "$f" -t "$t" -c $((DEPTH + 512)) -ub 512 -n 128 "$@" 2>&1 |
     awk -F'|' -v d="$DEPTH" '$4 + 0 == d && $3 + 0 > 0 { gsub(/ /, "", $8); print $8; exit }'
 }
 wall_ms() {  # wall_ms CMD... -> its wall time in ms (output discarded; a failure prints nothing)
@@ -105,8 +108,8 @@ for r in $(seq "$ROUNDS"); do
       rec "$r" "$t" "$name" MB_per_token graft "$(sed -E 's/.*weights read per token: ([0-9.]+) MB.*/\1/' <<<"$line")"
       if [ "$TTFT" = 1 ]; then
         rec "$r" "$t" "$name" ttft_ms llama.cpp "$(LD_LIBRARY_PATH="$LLAMA" wall_ms "$LLAMA/llama-completion" -m "$f" -p "$P" -n 1 -t "$t" --temp 0 -no-cnv)"
-        k0=$(LD_LIBRARY_PATH="$IK" wall_ms "$IK/llama-cli" -m "$f" -p "$P" -n 1 -t "$t" --temp 0)
-        k1=$(LD_LIBRARY_PATH="$IK" wall_ms "$IK/llama-cli" -m "$f" -p "$P" -n 1 -t "$t" --temp 0 -rtr)
+        k0=$(in_scratch wall_ms "$IK/llama-cli" -m "$f" -p "$P" -n 1 -t "$t" --temp 0)
+        k1=$(in_scratch wall_ms "$IK/llama-cli" -m "$f" -p "$P" -n 1 -t "$t" --temp 0 -rtr)
         rec "$r" "$t" "$name" ttft_ms ik_llama.cpp "$(python3 -c "print(min(x for x in (${k0:-0}, ${k1:-0}) if x > 0) if ${k0:-0} + ${k1:-0} else 0)")"
         rec "$r" "$t" "$name" ttft_ms graft "$(wall_ms "$G" generate -m "$f" -p "$P" --temp 0 -n 1 -t "$t")"
       fi

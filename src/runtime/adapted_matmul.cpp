@@ -9,7 +9,7 @@ void matmul_adapted(ThreadPool& pool, const float* x, int64_t m, std::span<const
   std::vector<std::unique_ptr<TermsDown>> parts;  // one per RowDowns: its scales (DoRA's factors)
   std::vector<compute::MatmulTarget> first;
   for (const RowDowns& d : downs) {
-    parts.push_back(std::make_unique<TermsDown>(pool, d.terms, d.x ? d.m : m, *d.scales, d.x));
+    parts.push_back(std::make_unique<TermsDown>(pool, d.terms, d.x && d.m >= 0 ? d.m : m, *d.scales, d.x));
     first.insert(first.end(), parts.back()->targets().begin(), parts.back()->targets().end());
   }
   std::vector<compute::ColumnEpilogue> epilogues(targets.size());
@@ -19,7 +19,7 @@ void matmul_adapted(ThreadPool& pool, const float* x, int64_t m, std::span<const
     const bool has_bias = t.bias && t.bias->data;
     bool any_dora = false;
     for (const TermUp& u : t.ups) any_dora = any_dora || u.term->dora;
-    const int64_t rows = t.x ? t.m : m;
+    const int64_t rows = t.x && t.m >= 0 ? t.m : m;  // (matmul_many's rule for the kernel's rows)
     epilogues[i] = [&t, rows, has_bias, any_dora](int64_t j0, int64_t j1) {
       const int64_t out = t.w->rows;
       auto add_bias = [&] {
@@ -35,7 +35,7 @@ void matmul_adapted(ThreadPool& pool, const float* x, int64_t m, std::span<const
       }
       if (has_bias && any_dora) add_bias();
     };
-    mm[i] = {t.w, t.y, (has_bias || !t.ups.empty()) ? &epilogues[i] : nullptr, t.x, t.x ? t.m : -1};
+    mm[i] = {t.w, t.y, (has_bias || !t.ups.empty()) ? &epilogues[i] : nullptr, t.x, t.m};
   }
   if (parts.empty())
     compute::matmul_many(pool, x, m, mm);

@@ -29,7 +29,7 @@ struct AdaptedTarget {
   const Tensor* bias = nullptr;  // none when null or without data
   std::vector<TermUp> ups;       // applied in this order
   const float* x = nullptr;      // its own input [m, w->cols] (MatmulTarget's), else the call's x
-  int64_t m = -1;                // with x: its rows
+  int64_t m = -1;                // with x: its rows (-1: the call's m, as MatmulTarget's)
 };
 
 // Down passes on all rows of x (or of their own input, as AdaptedTarget's) at those rows'
@@ -41,9 +41,9 @@ struct RowDowns {
   int64_t m = -1;
 };
 
-// y = x·Wᵀ (+ bias) + the ups, for every target (on its own input where it has one), as one matmul_many. The bias comes before the
-// terms, or after them when one is DoRA (a DoRA term rescales what comes before it, never the
-// bias: PEFT and mlx-lm add the bias after the rescale). `downs` run as the first targets, in
+// y = x·Wᵀ (+ bias) + the ups, for every target (on its own input where it has one), as one
+// matmul_many. The bias comes before the terms, or after them when one is DoRA (a DoRA term
+// rescales what comes before it, never the bias: PEFT and mlx-lm add the bias after the rescale). `downs` run as the first targets, in
 // order, and finish before any epilogue reads them; ups whose down pass ran earlier need none.
 void matmul_adapted(ThreadPool& pool, const float* x, int64_t m, std::span<const AdaptedTarget> targets,
                     std::span<const RowDowns> downs = {});

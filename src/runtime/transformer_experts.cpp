@@ -202,8 +202,9 @@ void Transformer::experts_mlp(ThreadPool& pool, int64_t layer, const float* xn, 
 // reads xn itself: a decode step's experts all share one activation quantization), all gates and
 // ups as one call (each pair on its expert's rows, the adapters' terms on them inside it:
 // project_experts), the gated activation over all rows, all downs as a second one, then each
-// row's y += weight · down over its experts in ascending expert order. Rows are shared among the threads at every step. The same bits as expert by expert: no
-// kernel depends on the column cut or on the other rows, and each y element sums in the same order.
+// row's y += weight · down over its experts in ascending expert order. Rows are shared among the
+// threads at every step. The same bits as expert by expert: no kernel depends on the column cut or
+// on the other rows, and each y element sums in the same order.
 void Transformer::experts_grouped(ThreadPool& pool, int64_t layer, const float* xn, int64_t m, float* y,
                                   std::span<const int64_t> chosen, const std::vector<std::vector<int64_t>>& rows_of,
                                   const std::vector<std::vector<float>>& weight_of, const RowGroups& groups,
