@@ -28,7 +28,7 @@ std::string_view kv_cache_type_name(DType t) {
 }
 
 KVCache::KVCache(const model::ModelConfig& c, int64_t capacity, DType dtype)
-    : capacity_(capacity), kv_dim_(c.kv_dim()), dtype_(dtype) {
+    : capacity_(capacity), kv_dim_(c.kv_dim()), head_dim_(c.head_dim), dtype_(dtype) {
   if (capacity <= 0) fail("KV cache capacity must be positive, got ", capacity);
   if (dtype == DType::F32) {
     kf_.resize(static_cast<size_t>(c.num_layers));
@@ -53,12 +53,21 @@ void KVCache::reserve_more(int64_t n) {
   if (need <= allocated_) return;
   // Grow geometrically (at least 256 positions) to keep reallocations rare.
   const int64_t grown = std::min(capacity_, std::max({need, allocated_ * 2, int64_t{256}}));
-  const auto len = static_cast<size_t>(grown * kv_dim_);
   for (auto* planes : {&kf_, &vf_})
-    for (auto& p : *planes) p.resize(len);
+    for (auto& p : *planes) p = regrown(p, grown);
   for (auto* planes : {&kh_, &vh_})
-    for (auto& p : *planes) p.resize(len);
+    for (auto& p : *planes) p = regrown(p, grown);
   allocated_ = grown;
+}
+
+// A layer's plane for `grown` positions a head, each head's allocated_ positions moved to its new place.
+template <class T>
+std::vector<T> KVCache::regrown(const std::vector<T>& plane, int64_t grown) const {
+  std::vector<T> out(static_cast<size_t>(grown * kv_dim_));
+  const int64_t run = allocated_ * head_dim_;
+  for (int64_t h = 0; h < kv_dim_ / head_dim_ && run > 0; ++h)
+    std::copy_n(plane.begin() + h * run, run, out.begin() + h * grown * head_dim_);
+  return out;
 }
 
 void KVCache::advance(int64_t n) {
@@ -74,54 +83,59 @@ void KVCache::copy_prefix(const KVCache& from, int64_t n) {
   if (n < 0 || n > from.size_) fail("KVCache::copy_prefix: ", n, " positions of ", from.size_);
   size_ = 0;
   reserve_more(n);
-  const auto len = static_cast<std::ptrdiff_t>(n * kv_dim_);
-  for (size_t l = 0; l < kf_.size(); ++l) {
-    std::copy(from.kf_[l].begin(), from.kf_[l].begin() + len, kf_[l].begin());
-    std::copy(from.vf_[l].begin(), from.vf_[l].begin() + len, vf_[l].begin());
-  }
-  for (size_t l = 0; l < kh_.size(); ++l) {
-    std::copy(from.kh_[l].begin(), from.kh_[l].begin() + len, kh_[l].begin());
-    std::copy(from.vh_[l].begin(), from.vh_[l].begin() + len, vh_[l].begin());
-  }
+  // Head by head: the two caches' allocations differ, so do their heads' places.
+  auto copy = [&](const auto& src, auto& dst) {
+    for (size_t l = 0; l < src.size(); ++l)
+      for (int64_t h = 0; h < kv_dim_ / head_dim_; ++h)
+        std::copy_n(src[l].begin() + static_cast<std::ptrdiff_t>(from.at(h, 0)), n * head_dim_,
+                    dst[l].begin() + static_cast<std::ptrdiff_t>(at(h, 0)));
+  };
+  copy(from.kf_, kf_);
+  copy(from.vf_, vf_);
+  copy(from.kh_, kh_);
+  copy(from.vh_, vh_);
   size_ = n;
 }
 
 void KVCache::store(int64_t layer, int64_t pos, const float* key, const float* value) {
-  const auto at = static_cast<size_t>(pos * kv_dim_);
-  if (dtype_ == DType::F32) {
-    std::copy(key, key + kv_dim_, kf_[layer].data() + at);
-    std::copy(value, value + kv_dim_, vf_[layer].data() + at);
-  } else {
-    convert_from_f32(key, dtype_, kh_[layer].data() + at, kv_dim_);
-    convert_from_f32(value, dtype_, vh_[layer].data() + at, kv_dim_);
+  for (int64_t h = 0; h < kv_dim_ / head_dim_; ++h) {
+    const float* k = key + h * head_dim_;
+    const float* v = value + h * head_dim_;
+    if (dtype_ == DType::F32) {
+      std::copy_n(k, head_dim_, kf_[layer].data() + at(h, pos));
+      std::copy_n(v, head_dim_, vf_[layer].data() + at(h, pos));
+    } else {
+      convert_from_f32(k, dtype_, kh_[layer].data() + at(h, pos), head_dim_);
+      convert_from_f32(v, dtype_, vh_[layer].data() + at(h, pos), head_dim_);
+    }
   }
 }
 
 float KVCache::key_at(int64_t layer, int64_t pos, int64_t i) const {
-  const auto at = static_cast<size_t>(pos * kv_dim_ + i);
-  if (dtype_ == DType::F32) return kf_[layer][at];
-  return dtype_ == DType::F16 ? f16_to_f32(kh_[layer][at]) : bf16_to_f32(kh_[layer][at]);
+  const size_t a = at(i / head_dim_, pos) + static_cast<size_t>(i % head_dim_);
+  if (dtype_ == DType::F32) return kf_[layer][a];
+  return dtype_ == DType::F16 ? f16_to_f32(kh_[layer][a]) : bf16_to_f32(kh_[layer][a]);
 }
 
 float KVCache::value_at(int64_t layer, int64_t pos, int64_t i) const {
-  const auto at = static_cast<size_t>(pos * kv_dim_ + i);
-  if (dtype_ == DType::F32) return vf_[layer][at];
-  return dtype_ == DType::F16 ? f16_to_f32(vh_[layer][at]) : bf16_to_f32(vh_[layer][at]);
+  const size_t a = at(i / head_dim_, pos) + static_cast<size_t>(i % head_dim_);
+  if (dtype_ == DType::F32) return vf_[layer][a];
+  return dtype_ == DType::F16 ? f16_to_f32(vh_[layer][a]) : bf16_to_f32(vh_[layer][a]);
 }
 
-void attend_cached(const KVCache& cache, int64_t layer, int64_t first, int64_t n, int64_t offset, const float* q,
+void attend_cached(const KVCache& cache, int64_t layer, int64_t first, int64_t n, int64_t kv_head, const float* q,
                    int64_t hd, float scale, float* scores, float* out, int64_t heads, float softcap) {
-  const int64_t stride = cache.kv_dim();
+  const int64_t h = kv_head;
   switch (cache.dtype()) {
     case DType::F32:
-      return compute::attend(q, cache.key_f32(layer, first) + offset, cache.value_f32(layer, first) + offset, stride, n, hd,
-                    scale, scores, out, heads, softcap);
+      return compute::attend(q, cache.key_f32(layer, h, first), cache.value_f32(layer, h, first), hd, n, hd, scale,
+                             scores, out, heads, softcap);
     case DType::F16:
-      return compute::attend_f16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
-                        scale, scores, out, heads, softcap);
+      return compute::attend_f16(q, cache.key_16(layer, h, first), cache.value_16(layer, h, first), hd, n, hd, scale,
+                                 scores, out, heads, softcap);
     default:
-      return compute::attend_bf16(q, cache.key_16(layer, first) + offset, cache.value_16(layer, first) + offset, stride, n, hd,
-                         scale, scores, out, heads, softcap);
+      return compute::attend_bf16(q, cache.key_16(layer, h, first), cache.value_16(layer, h, first), hd, n, hd, scale,
+                                  scores, out, heads, softcap);
   }
 }
 

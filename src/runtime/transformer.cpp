@@ -244,7 +244,7 @@ void Transformer::attention(ThreadPool& pool, int64_t layer, std::span<const Seq
       const int64_t first = window ? std::max<int64_t>(0, pos - *window + 1) : 0;
       const int64_t n = pos + 1 - first;
       scores.resize(static_cast<size_t>(n * group));
-      attend_cached(cache, layer, first, n, kvh * hd, q + r * c.q_dim() + h * hd, hd, scale, scores.data(),
+      attend_cached(cache, layer, first, n, kvh, q + r * c.q_dim() + h * hd, hd, scale, scores.data(),
                     out + r * c.q_dim() + h * hd, group, softcap);
     }
   });

@@ -78,8 +78,51 @@ TEST(KVCache, StoresRoundedToNearestEvenAndAttentionReadsTheStoredType) {
     const float scl = 0.25f;
     std::vector<float> s1(n), s2(n), ref(hd), got(hd);
     compute::attend(q.data(), &kw[2 * kvd + hd], &vw[2 * kvd + hd], kvd, n - 2, hd, scl, s1.data(), ref.data());
-    attend_cached(cache, 1, 2, n - 2, hd, q.data(), hd, scl, s2.data(), got.data());
+    attend_cached(cache, 1, 2, n - 2, 1, q.data(), hd, scl, s2.data(), got.data());
     for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(got[i], ref[i]) << dtype_name(t) << " element " << i;
+  }
+}
+
+// The cache is stored head-major, so growing it moves every head's positions, and a prefix copy
+// between caches of different allocations puts each head at the other's place: every element
+// written reads back after growing 256 -> 512 -> 1024 positions, and from a copy into a cache
+// that allocated less, and attention over the copy equals attention over the original.
+TEST(KVCache, GrowingAndCopyingAPrefixKeepEveryHeadsPositions) {
+  const model::ModelConfig c = small_config();
+  const int64_t n = 700, kvd = c.kv_dim(), hd = c.head_dim;
+  for (DType t : {DType::F32, DType::F16}) {
+    KVCache cache(c, 2048, t);
+    auto key = [&](int64_t p) { return randv(kvd, 1000 + static_cast<uint32_t>(p)); };
+    auto value = [&](int64_t p) { return randv(kvd, 5000 + static_cast<uint32_t>(p)); };
+    for (int64_t p = 0; p < n; ++p) {  // a token at a time, as decode grows it
+      cache.reserve_more(1);
+      for (int64_t l = 0; l < c.num_layers; ++l) cache.store(l, p, key(p + l).data(), value(p + l).data());
+      cache.advance(1);
+    }
+    ASSERT_EQ(cache.allocated_bytes(), 1024 * cache.bytes_per_position());
+    KVCache copy(c, 2048, t);
+    copy.reserve_more(3);  // 256 positions allocated: the heads sit elsewhere than in `cache`
+    copy.copy_prefix(cache, 600);
+    ASSERT_EQ(copy.size(), 600);
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      for (int64_t p = 0; p < n; ++p) {
+        const auto k = key(p + l), v = value(p + l);
+        for (int64_t i = 0; i < kvd; ++i) {
+          const float kr = t == DType::F32 ? k[i] : f16_to_f32(f32_to_f16(k[i]));
+          const float vr = t == DType::F32 ? v[i] : f16_to_f32(f32_to_f16(v[i]));
+          ASSERT_EQ(cache.key_at(l, p, i), kr) << l << " " << p << " " << i;
+          ASSERT_EQ(cache.value_at(l, p, i), vr) << l << " " << p << " " << i;
+          if (p < 600) {
+            ASSERT_EQ(copy.key_at(l, p, i), kr) << l << " " << p << " " << i;
+            ASSERT_EQ(copy.value_at(l, p, i), vr) << l << " " << p << " " << i;
+          }
+        }
+      }
+    const auto q = randv(3 * hd, 9);
+    std::vector<float> s1(3 * 600), s2(3 * 600), a(3 * hd), b(3 * hd);
+    attend_cached(cache, 2, 0, 600, 1, q.data(), hd, 0.25f, s1.data(), a.data(), 3);
+    attend_cached(copy, 2, 0, 600, 1, q.data(), hd, 0.25f, s2.data(), b.data(), 3);
+    EXPECT_EQ(a, b);
   }
 }
 
