@@ -1,5 +1,6 @@
-// Vector ops of the forward pass (AVX2/FMA, the x86-64-v3 baseline). Tails use masked loads and
-// stores, so a tail element goes through exactly the same arithmetic as a full-vector element.
+// Vector ops of the forward pass (AVX2/FMA, the x86-64-v3 baseline; attention's loops on AVX-512
+// machines: attend_avx512.cpp, the same bits). Tails use masked loads and stores, so a tail element
+// goes through exactly the same arithmetic as a full-vector element.
 #include "graft/compute/ops.h"
 
 #include <immintrin.h>
@@ -9,6 +10,8 @@
 #include <limits>
 
 #include "graft/core/dtype.h"
+#include "compute/attend_internal.h"
+#include "compute/matmul_internal.h"
 
 namespace graft::compute {
 
@@ -82,6 +85,7 @@ namespace {
 // (exact for F16 and BF16), a masked tail of rem < 8 (zeros past it), one element.
 struct F32Rows {
   using T = float;
+  static constexpr detail::KvType kType = detail::KvType::F32;
   static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
   static __m256 tail(const float* p, int64_t rem) { return _mm256_maskload_ps(p, tail_mask(rem)); }
   static float at(const float* p) { return *p; }
@@ -95,12 +99,14 @@ __m256 tail16(const uint16_t* p, int64_t rem) {
 }
 struct F16Rows {
   using T = uint16_t;
+  static constexpr detail::KvType kType = detail::KvType::F16;
   static __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static __m256 tail(const uint16_t* p, int64_t rem) { return tail16<F16Rows>(p, rem); }
   static float at(const uint16_t* p) { return _cvtsh_ss(*p); }
 };
 struct BF16Rows {
   using T = uint16_t;
+  static constexpr detail::KvType kType = detail::KvType::BF16;
   static __m256 load8(const uint16_t* p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
@@ -222,10 +228,22 @@ void soft_cap(float* x, int64_t n, float cap) {
 }
 
 namespace {
+// Each position's key (scores) and value row (the first values pass) asks for the row 4 KiB on,
+// as attend_avx512.cpp's loops do (the hardware prefetchers alone leave the loads waiting on
+// memory). Prefetches past the cache's end never fault.
+template <class T>
+inline void prefetch_row(const T* row, int64_t hd) {
+  const char* p = reinterpret_cast<const char*>(row) + 4096;
+  for (int64_t b = 0; b < hd * static_cast<int64_t>(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
+
 template <class L>
 void attend_rows(const float* q, const typename L::T* k, const typename L::T* v, int64_t stride, int64_t n, int64_t hd,
                  float scale, float softcap, float* scores, float* out) {
-  for (int64_t j = 0; j < n; ++j) scores[j] = dot_body<L>(q, k + j * stride, hd) * scale;
+  for (int64_t j = 0; j < n; ++j) {
+    prefetch_row(k + j * stride, hd);
+    scores[j] = dot_body<L>(q, k + j * stride, hd) * scale;
+  }
   if (softcap > 0) soft_cap(scores, n, softcap);
   softmax(scores, n);
   int64_t c = 0;
@@ -233,6 +251,7 @@ void attend_rows(const float* q, const typename L::T* k, const typename L::T* v,
     __m256 o[8];
     for (int u = 0; u < 8; ++u) o[u] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
+      if (c == 0) prefetch_row(v + j * stride, hd);
       const __m256 s = _mm256_set1_ps(scores[j]);
       const typename L::T* vj = v + j * stride + c;
       for (int u = 0; u < 8; ++u) o[u] = _mm256_fmadd_ps(s, L::load8(vj + 8 * u), o[u]);
@@ -253,6 +272,7 @@ void group_scores(const float* q, const typename L::T* k, int64_t stride, int64_
                   float* scores) {
   for (int64_t j = 0; j < n; ++j) {
     const typename L::T* kj = k + j * stride;
+    prefetch_row(kj, hd);
     __m256 acc[H][4];
     for (int h = 0; h < H; ++h)
       for (int u = 0; u < 4; ++u) acc[h][u] = _mm256_setzero_ps();
@@ -277,6 +297,7 @@ void group_values(const float* scores, const typename L::T* v, int64_t stride, i
   for (int h = 0; h < H; ++h)
     for (int u = 0; u < 4; ++u) o[h][u] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
+    if (c == 0) prefetch_row(v + j * stride, hd);  // (the later passes find the rows in L2)
     __m256 x[4];
     for (int u = 0; u < 4; ++u) x[u] = L::load8(v + j * stride + c + 8 * u);
     for (int h = 0; h < H; ++h) {
@@ -293,6 +314,13 @@ void group_values(const float* scores, const typename L::T* v, int64_t stride, i
 template <class L>
 void attend_heads(const float* q, const typename L::T* k, const typename L::T* v, int64_t stride, int64_t n,
                   int64_t hd, float scale, float softcap, float* scores, float* out, int64_t heads) {
+  if (hd % 32 == 0 && detail::best_isa() == detail::Isa::Avx512) {  // the same bits, half the instructions
+    detail::attend_scores_avx512(L::kType, q, k, stride, n, hd, scale, heads, scores);
+    if (softcap > 0) soft_cap(scores, heads * n, softcap);
+    for (int64_t h = 0; h < heads; ++h) softmax(scores + h * n, n);
+    detail::attend_values_avx512(L::kType, scores, v, stride, n, hd, heads, out);
+    return;
+  }
   if (heads == 1 || hd % 32 != 0) {
     for (int64_t h = 0; h < heads; ++h)
       attend_rows<L>(q + h * hd, k, v, stride, n, hd, scale, softcap, scores + h * n, out + h * hd);

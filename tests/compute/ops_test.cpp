@@ -124,8 +124,10 @@ TEST(Ops, AddAxpyScaleDot) {
 
 // attend is dot, softmax and axpy fused (out kept in registers): the same bits, for head sizes with
 // and without a tail past the 64-column register blocks, and keys/values strided as in a KV cache.
+// On an AVX-512 machine the multiples of 32 run attend_avx512.cpp's loops against the AVX2 dot and
+// axpy (GRAFT_MATMUL_ISA=avx2: the AVX2 loops).
 TEST(Ops, AttendEqualsDotSoftmaxAxpy) {
-  for (int64_t hd : {8, 40, 64, 72, 128}) {
+  for (int64_t hd : {8, 32, 40, 64, 72, 96, 128}) {
     const int64_t n = 37, stride = 3 * hd + 5;
     const auto q = randv(hd, 11), k = randv(n * stride, 12), v = randv(n * stride, 13);
     const float scl = 1.0f / std::sqrt(static_cast<float>(hd));

@@ -39,7 +39,8 @@ float dot(const float* a, const float* b, int64_t n);
 // scores are soft-capped (soft_cap) before the softmax.
 // heads > 1: that many query heads sharing these keys and values (grouped-query attention), q and
 // out holding them hd apart, scores heads·n floats; each head's result is the one-head call's bit for
-// bit, but each key and value is loaded once per pass of up to three (scores) or two (values) heads.
+// bit, but each key and value is loaded once per pass of up to three (scores) or two (values) heads
+// (AVX-512 machines, head sizes a multiple of 32: four, the same bits on wider vectors).
 void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t hd, float scale,
             float* scores, float* out, int64_t heads = 1, float softcap = 0);
 
