@@ -8,7 +8,9 @@
 # - Per round, thread count and file, in this order:
 #   - llama.cpp's llama-bench: pp512 and tg128;
 #   - ik_llama.cpp's llama-bench with -rtr 0 and -rtr 1, the better of the two kept per figure;
-#   - graft generate: the 513-token bench prompt (bench/lib.sh), then -n 128 --ignore-eos.
+#   - graft generate: the 513-token bench prompt (bench/lib.sh) for pp512, then a one-word prompt
+#     and -n 128 --ignore-eos for tg128: decode from an empty context, as llama-bench's tg128 is
+#     (after the long prompt it would also read 513-641 positions of KV cache a token).
 #   Each round also measures the read roofline (build/graft_bench BM_ReadRoofline, 1 and 2 threads).
 # - Decode figures are set against it: bytes read per token (graft's own count for the file, the
 #   same weights for every engine) x tokens/s = GB/s, and that as % of the roofline at the same
@@ -102,8 +104,9 @@ for r in $(seq "$ROUNDS"); do
       [ "$(head -c 16M "$f" | grep -ac ffn_gate_exps)" -gt 0 ] && read -r pp2 tg2 < <(lb "$IK" "$f" "$t" -rtr 1 -muge 1)
       rec "$r" "$t" "$name" pp512 ik_llama.cpp "$(python3 -c "print(max($pp0, $pp1, $pp2))")"
       rec "$r" "$t" "$name" tg128 ik_llama.cpp "$(python3 -c "print(max($tg0, $tg1, $tg2))")"
-      line=$("$G" generate -m "$f" -p "$P" --temp 0 -n 128 --ignore-eos -t "$t" 2>&1 >/dev/null | tail -1)
+      line=$("$G" generate -m "$f" -p "$P" --temp 0 -n 1 -t "$t" 2>&1 >/dev/null | tail -1)
       rec "$r" "$t" "$name" pp512 graft "$(field prompt <<<"$line")"
+      line=$("$G" generate -m "$f" -p The --temp 0 -n 128 --ignore-eos -t "$t" 2>&1 >/dev/null | tail -1)
       rec "$r" "$t" "$name" tg128 graft "$(field generated <<<"$line")"
       rec "$r" "$t" "$name" MB_per_token graft "$(sed -E 's/.*weights read per token: ([0-9.]+) MB.*/\1/' <<<"$line")"
       if [ "$TTFT" = 1 ]; then
