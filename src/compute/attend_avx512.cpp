@@ -22,17 +22,6 @@ namespace graft::compute::detail {
 
 namespace {
 
-// Each position's key (scores) and value row (the first values pass) asks for the row 4 KiB on: the
-// hardware prefetchers alone kept these loops' loads waiting on memory, at 7.6 GB/s where they
-// stream 12 GB/s with it (BM_AttendDecode3B at depth 4096: 57 -> 36 ms; 2, 4, 8 and 16 KiB: 37,
-// 36, 35, 36 ms). Prefetches past the cache's end never fault.
-constexpr int64_t kAheadBytes = 4096;
-template <class T>
-GRAFT_A512 void prefetch_row(const T* row, int64_t hd) {
-  const char* p = reinterpret_cast<const char*>(row) + kAheadBytes;
-  for (int64_t b = 0; b < hd * static_cast<int64_t>(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-}
-
 // 16 keys or values of each storage type widened to F32 (exact for F16 and BF16).
 struct F32x16 {
   using T = float;

@@ -228,20 +228,11 @@ void soft_cap(float* x, int64_t n, float cap) {
 }
 
 namespace {
-// Each position's key (scores) and value row (the first values pass) asks for the row 4 KiB on,
-// as attend_avx512.cpp's loops do (the hardware prefetchers alone leave the loads waiting on
-// memory). Prefetches past the cache's end never fault.
-template <class T>
-inline void prefetch_row(const T* row, int64_t hd) {
-  const char* p = reinterpret_cast<const char*>(row) + 4096;
-  for (int64_t b = 0; b < hd * static_cast<int64_t>(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-}
-
 template <class L>
 void attend_rows(const float* q, const typename L::T* k, const typename L::T* v, int64_t stride, int64_t n, int64_t hd,
                  float scale, float softcap, float* scores, float* out) {
   for (int64_t j = 0; j < n; ++j) {
-    prefetch_row(k + j * stride, hd);
+    detail::prefetch_row(k + j * stride, hd);
     scores[j] = dot_body<L>(q, k + j * stride, hd) * scale;
   }
   if (softcap > 0) soft_cap(scores, n, softcap);
@@ -251,7 +242,7 @@ void attend_rows(const float* q, const typename L::T* k, const typename L::T* v,
     __m256 o[8];
     for (int u = 0; u < 8; ++u) o[u] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
-      if (c == 0) prefetch_row(v + j * stride, hd);
+      if (c == 0) detail::prefetch_row(v + j * stride, hd);
       const __m256 s = _mm256_set1_ps(scores[j]);
       const typename L::T* vj = v + j * stride + c;
       for (int u = 0; u < 8; ++u) o[u] = _mm256_fmadd_ps(s, L::load8(vj + 8 * u), o[u]);
@@ -272,7 +263,7 @@ void group_scores(const float* q, const typename L::T* k, int64_t stride, int64_
                   float* scores) {
   for (int64_t j = 0; j < n; ++j) {
     const typename L::T* kj = k + j * stride;
-    prefetch_row(kj, hd);
+    detail::prefetch_row(kj, hd);
     __m256 acc[H][4];
     for (int h = 0; h < H; ++h)
       for (int u = 0; u < 4; ++u) acc[h][u] = _mm256_setzero_ps();
@@ -297,7 +288,7 @@ void group_values(const float* scores, const typename L::T* v, int64_t stride, i
   for (int h = 0; h < H; ++h)
     for (int u = 0; u < 4; ++u) o[h][u] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
-    if (c == 0) prefetch_row(v + j * stride, hd);  // (the later passes find the rows in L2)
+    if (c == 0) detail::prefetch_row(v + j * stride, hd);  // (the later passes find the rows in L2)
     __m256 x[4];
     for (int u = 0; u < 4; ++u) x[u] = L::load8(v + j * stride + c + 8 * u);
     for (int h = 0; h < H; ++h) {
