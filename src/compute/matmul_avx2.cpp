@@ -20,12 +20,14 @@ struct Avx2 {
   static constexpr int W = 8;
   static constexpr int MR = 4, NR = 3;  // prefill: 12 accumulators, 3 weight vectors and x: the 16 ymm registers (4x3 beat 4x2 by 25-40 %, 3x4 and 6x2 in between: BM_MatmulPrefill with GRAFT_MATMUL_ISA=avx2)
   static constexpr int NR_DEC = 4;      // decode: 4 weight streams
+  static constexpr int64_t KC = 512;    // prefill: an x panel of 4 x 512 floats (8 KiB) in L1
 
   GRAFT_KATTR static V zero() { return _mm256_setzero_ps(); }
   GRAFT_KATTR static M mask(int rem) { return rem; }
   GRAFT_KATTR static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
 
   GRAFT_KATTR static V load(const float* p) { return _mm256_loadu_ps(p); }
+  GRAFT_KATTR static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   GRAFT_KATTR static V load(const bf16_t* p) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));

@@ -24,12 +24,14 @@ struct Avx512 {
   static constexpr int W = 16;
   static constexpr int MR = 6, NR = 4;  // prefill: 24 accumulators of 32 zmm registers (6x4 beat 4x4 by 3-12 % and 8x2, 8x3 lost: BM_MatmulPrefill)
   static constexpr int NR_DEC = 4;      // decode: 4 weight streams
+  static constexpr int64_t KC = 512;    // prefill: an x panel of 6 x 512 floats (12 KiB) in L1
 
   GRAFT_KATTR static V zero() { return _mm512_setzero_ps(); }
   GRAFT_KATTR static M mask(int rem) { return static_cast<M>((1u << rem) - 1u); }
   GRAFT_KATTR static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 
   GRAFT_KATTR static V load(const float* p) { return _mm512_loadu_ps(p); }
+  GRAFT_KATTR static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   GRAFT_KATTR static V widen_bf16(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }

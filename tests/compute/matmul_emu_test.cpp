@@ -25,6 +25,7 @@ struct Emu16 {
   static constexpr int W = 16;
   static constexpr int MR = 4, NR = 4;
   static constexpr int NR_DEC = 4;
+  static constexpr int64_t KC = 32;  // small, so the test's k of 33..100 take several steps
 
   static V zero() { return V{}; }
   static M mask(int rem) { return rem; }
@@ -41,6 +42,7 @@ struct Emu16 {
     for (int i = 0; i < rem; ++i) v.l[i] = cvt(p[i]);
     return v;
   }
+  static void store(float* p, V v) { std::memcpy(p, v.l, sizeof v.l); }
   static constexpr bool kHsum8 = false;  // Avx512 sums eight at once with the same tree
   static float hsum(V v) {  // as Avx512::hsum: halves, quarters, pairs, last pair
     float h[8], q[4];

@@ -124,30 +124,34 @@ TEST(Matmul, EveryIsaIsExactAcrossColumnSplitsAndBatchRows) {
       std::printf("[ note ] %s kernels not runnable on this CPU; skipped\n", isa == Isa::Avx512 ? "AVX-512" : "AVX2");
       continue;
     }
-    for (DType dt : kTypes) {
-      const int64_t m = 9, k = 77, n = 41;
-      const Case c = make_case(dt, m, k, n, 99);
-      std::vector<float> whole(static_cast<size_t>(m * n)), split(whole.size()), ref(whole.size());
-      compute::matmul_reference(c.x.data(), m, k, c.w, ref.data());
-      const compute::detail::MatmulArgs a{c.x.data(), m, k, n, c.w.data, dt, whole.data(), false};
-      compute::detail::matmul_cols(isa, a, 0, n);
-      ThreadPool one(1);
-      expect_close(bounds(one, c, nullptr, m, k, n), whole, ref, n, "whole");
-      compute::detail::MatmulArgs b = a;
-      b.y = split.data();
-      for (int64_t j0 = 0; j0 < n;) {  // ragged splits: 1, 2, 3, ... columns
-        const int64_t j1 = std::min(n, j0 + 1 + j0 % 5);
-        compute::detail::matmul_cols(isa, b, j0, j1);
-        j0 = j1;
+    // k = 1,100: prefill goes along k in steps (KC = 512) and decode in one pass, with a tail;
+    // m = 18: F16 / BF16 rows widened to F32 first.
+    for (DType dt : kTypes)
+      for (int64_t k : {77, 1100})
+        for (int64_t m : {9, 18}) {
+        const int64_t n = 41;
+        const Case c = make_case(dt, m, k, n, 99);
+        std::vector<float> whole(static_cast<size_t>(m * n)), split(whole.size()), ref(whole.size());
+        compute::matmul_reference(c.x.data(), m, k, c.w, ref.data());
+        const compute::detail::MatmulArgs a{c.x.data(), m, k, n, c.w.data, dt, whole.data(), false};
+        compute::detail::matmul_cols(isa, a, 0, n);
+        ThreadPool one(1);
+        expect_close(bounds(one, c, nullptr, m, k, n), whole, ref, n, "whole");
+        compute::detail::MatmulArgs b = a;
+        b.y = split.data();
+        for (int64_t j0 = 0; j0 < n;) {  // ragged splits: 1, 2, 3, ... columns
+          const int64_t j1 = std::min(n, j0 + 1 + j0 % 5);
+          compute::detail::matmul_cols(isa, b, j0, j1);
+          j0 = j1;
+        }
+        ASSERT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0) << dtype_name(dt);
+        for (int64_t i = 0; i < m; ++i) {  // decode of row i == row i of the prefill
+          std::vector<float> row(static_cast<size_t>(n));
+          const compute::detail::MatmulArgs d{c.x.data() + i * k, 1, k, n, c.w.data, dt, row.data(), false};
+          compute::detail::matmul_cols(isa, d, 0, n);
+          ASSERT_EQ(std::memcmp(row.data(), whole.data() + i * n, n * 4), 0) << dtype_name(dt) << " row " << i;
+        }
       }
-      ASSERT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0) << dtype_name(dt);
-      for (int64_t i = 0; i < m; ++i) {  // decode of row i == row i of the prefill
-        std::vector<float> row(static_cast<size_t>(n));
-        const compute::detail::MatmulArgs d{c.x.data() + i * k, 1, k, n, c.w.data, dt, row.data(), false};
-        compute::detail::matmul_cols(isa, d, 0, n);
-        ASSERT_EQ(std::memcmp(row.data(), whole.data() + i * n, n * 4), 0) << dtype_name(dt) << " row " << i;
-      }
-    }
   }
 }
 
