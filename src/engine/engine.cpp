@@ -1,6 +1,8 @@
 #include "graft/engine/engine.h"
 
 #include <filesystem>
+#include <memory>
+#include <thread>
 
 #include "graft/core/error.h"
 #include "graft/model/model_adapters.h"
@@ -35,15 +37,22 @@ std::vector<AdapterInfo> adapter_infos(const EngineOptions& o, bool digests = tr
   return infos;
 }
 
+// Loading runs on every core the machine has, whatever the generation's thread count (-t): the
+// checks and the copies into the kernels' layouts are done once, and a core left idle during them
+// only delays the first token (ik_llama.cpp's -rtr repacks on a thread count of its own too). The
+// copies are the same bytes on any number of threads.
 model::LoadedModel load(const EngineOptions& o, ThreadPool& pool) {
   if (o.fuse && o.init_without_apply)
     fail_as(ErrorKind::kBadRequest,
             "--lora-init-without-apply and --lora-fuse exclude each other: fused adapters cannot start at scale 0");
+  std::unique_ptr<ThreadPool> every_core;
+  if (static_cast<int>(std::thread::hardware_concurrency()) > pool.size()) every_core = std::make_unique<ThreadPool>(0);
+  ThreadPool& loading = every_core ? *every_core : pool;
   model::LoadOptions load = o.load;
-  if (!load.pool) load.pool = &pool;
+  if (!load.pool) load.pool = &loading;
   if (o.fuse) load.fused_adapters.insert(load.fused_adapters.end(), o.adapters.begin(), o.adapters.end());
   model::LoadedModel m = model::load_model(o.model, load);
-  runtime::prepare_weights(m.weights, pool, o.activations);
+  runtime::prepare_weights(m.weights, loading, o.activations);
   return m;
 }
 

@@ -165,6 +165,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   wo.weight_dtype = options.weight_dtype;
   wo.quantize = options.quantize;
   wo.copy_weights = options.copy_weights;
+  wo.pool = options.pool;
   wo.quantized = quantized.get();
   std::shared_ptr<const io::TensorSource> weights_source = src.source;
   std::shared_ptr<const adapter::WeightAdapterPlan> plan;

@@ -85,16 +85,17 @@ Matrix read_matrix_stored(const io::TensorSource& s, const std::string& name, co
 
 // Refuses a weight holding NaN or ±inf, naming the file, the tensor and the element (why:
 // graft/core/finite.h). Checked where each tensor is read, after any fused adapter is merged in.
-void require_finite(const io::TensorSource& s, const std::string& name, const Tensor& t, const char* part = "") {
-  const int64_t i = first_non_finite(t);
+void require_finite(const io::TensorSource& s, const std::string& name, const Tensor& t, ThreadPool* pool,
+                    const char* part = "") {
+  const int64_t i = first_non_finite(t, pool);
   if (i >= 0)
     fail_as(ErrorKind::kBadInput, s.describe(), ": tensor '", name, "'", part, " holds a non-finite value (NaN or ",
             "infinity) at element ", i, "; a model weight must be a finite number");
 }
-void require_finite(const io::TensorSource& s, const std::string& name, const Matrix& m) {
-  if (!m.quantized()) return require_finite(s, name, m.dense);
-  require_finite(s, name, m.quant.scales, " (scales)");
-  require_finite(s, name, m.quant.biases, " (biases)");
+void require_finite(const io::TensorSource& s, const std::string& name, const Matrix& m, ThreadPool* pool) {
+  if (!m.quantized()) return require_finite(s, name, m.dense, pool);
+  require_finite(s, name, m.quant.scales, pool, " (scales)");
+  require_finite(s, name, m.quant.biases, pool, " (biases)");
 }
 
 // With copy_weights, every matrix still backed by the source's storage gets its own memory and the
@@ -102,7 +103,7 @@ void require_finite(const io::TensorSource& s, const std::string& name, const Ma
 // misses) than a 4 KiB-page file mapping.
 Matrix read_matrix(const io::TensorSource& s, const std::string& name, const WeightLoadOptions& o) {
   Matrix m = read_matrix_stored(s, name, o);
-  require_finite(s, name, m);
+  require_finite(s, name, m, o.pool);
   if (!o.copy_weights) return m;
   if (m.quantized()) {
     m.quant.packed = owned_copy(m.quant.packed);
@@ -117,7 +118,7 @@ Matrix read_matrix(const io::TensorSource& s, const std::string& name, const Wei
 
 Tensor read_vector_f32(const io::TensorSource& s, const std::string& name, float offset = 0.0f) {
   Tensor t = to_f32(s.read(name));
-  require_finite(s, name, t);
+  require_finite(s, name, t, nullptr);
   if (offset != 0.0f) {  // Gemma's (1 + w), added in F32 as transformers does
     Tensor o = Tensor::zeros_f32(t.shape);
     for (int64_t i = 0; i < t.numel(); ++i) o.mutable_as<float>()[i] = t.as<float>()[i] + offset;

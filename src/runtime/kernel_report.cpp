@@ -1,5 +1,6 @@
 // A model's weights on the kernels: preparing every matrix, and one line for `graft generate` (and
 // /props) saying which weight formats the model holds and which kernels run them.
+#include <atomic>
 #include <map>
 #include <string>
 #include <vector>
@@ -9,11 +10,27 @@
 
 namespace graft::runtime {
 
+// Large matrices one at a time, each split over the pool; small ones (a MoE file's thousands of
+// experts) whole, many at once: one parallel_for per expert spent more on waking the threads than
+// on the copy.
 int64_t prepare_weights(model::ModelWeights& w, ThreadPool& pool, compute::Activations a) {
-  int64_t bytes = compute::prepare_weight(w.lm_head, &pool, a);  // (not the embedding: read by rows, as stored)
+  constexpr int64_t kSmall = int64_t{4} << 20;  // bytes
+  std::vector<model::Matrix*> small;
+  int64_t bytes = 0;
+  auto prepare = [&](model::Matrix& m) {
+    if (m.nbytes() < kSmall)
+      small.push_back(&m);
+    else
+      bytes += compute::prepare_weight(m, &pool, a);
+  };
+  prepare(w.lm_head);  // (not the embedding: read by rows, as stored)
   for (auto& L : w.layers)
-    for (model::Matrix* m : L.matrices()) bytes += compute::prepare_weight(*m, &pool, a);
-  return bytes;
+    for (model::Matrix* m : L.matrices()) prepare(*m);
+  std::atomic<int64_t> small_bytes{0};
+  pool.parallel_for(static_cast<int64_t>(small.size()), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) small_bytes += compute::prepare_weight(*small[i], nullptr, a);
+  }, 1, 4);
+  return bytes + small_bytes;
 }
 
 std::string describe_kernels(const model::ModelWeights& w) {

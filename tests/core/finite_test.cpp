@@ -59,5 +59,31 @@ TEST(FirstNonFinite, GgufBlocksThroughTheirScaleFields) {
   }
 }
 
+// With a pool, a large tensor is checked in pieces: the answer is still the first bad element, in
+// whichever piece it lies and whatever a later piece holds.
+TEST(FirstNonFinite, APoolFindsTheSameFirstElement) {
+  ThreadPool pool(3);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t n = int64_t{3} << 20;  // 12 MiB of F32: a dozen pieces
+  for (DType t : {DType::F32, DType::BF16})
+    for (int64_t at : {int64_t{0}, int64_t{1} << 20, n / 2 + 7, n - 1}) {
+      std::vector<float> v(static_cast<size_t>(n), 0.5f);
+      v[at] = nan;
+      v[n - 1 - (at == n - 1)] = nan;  // a later one (or an earlier one when at is the last)
+      Tensor f = f32_tensor(v);
+      Tensor x = t == DType::F32 ? f : convert_tensor(f, t);
+      const int64_t serial = first_non_finite(x);
+      EXPECT_EQ(serial, at == n - 1 ? n - 2 : at) << dtype_name(t);
+      EXPECT_EQ(first_non_finite(x, &pool), serial) << dtype_name(t) << " at " << at;
+    }
+  // GGUF blocks in pieces: block 20,000 of 40,000 Q8_0 blocks (1.3 MiB) has an infinite scale.
+  const int64_t blocks = 40000, bb = dtype_block_bytes(DType::Q8_0), be = dtype_block_elems(DType::Q8_0);
+  std::vector<uint8_t> bytes(static_cast<size_t>(bb * blocks), 0);
+  const uint16_t inf = 0x7c00;
+  std::memcpy(&bytes[20000 * bb], &inf, 2);
+  std::memcpy(&bytes[39999 * bb], &inf, 2);
+  EXPECT_EQ(first_non_finite(Tensor::owned(DType::Q8_0, {blocks * be}, bytes), &pool), 20000 * be);
+}
+
 }  // namespace
 }  // namespace graft

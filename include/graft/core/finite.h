@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "graft/core/tensor.h"
+#include "graft/core/thread_pool.h"
 
 namespace graft {
 
@@ -12,6 +13,7 @@ namespace graft {
 // BF16 are checked element by element (on the bit patterns: a pass at memory speed); GGUF block
 // formats through their f16 scale and min fields (the integer codes cannot be non-finite), and the
 // index returned is the first element of the offending block. Other dtypes (integers): -1.
-int64_t first_non_finite(const Tensor& t);
+// With a pool, a large tensor is checked in parallel pieces (the same answer: the first of them).
+int64_t first_non_finite(const Tensor& t, ThreadPool* pool = nullptr);
 
 }  // namespace graft

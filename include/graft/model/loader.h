@@ -51,7 +51,7 @@ struct LoadOptions {
   // adapter away (measured: docs/ADAPTERS.md "Fusing into a quantized base"). fuse_dense keeps such
   // matrices dense instead (F32, or weight_dtype): the adapter exactly, reading 4 bytes a weight.
   bool fuse_dense = false;
-  ThreadPool* pool = nullptr;  // row parallelism for merges (serial when null)
+  ThreadPool* pool = nullptr;  // merges' rows and the NaN / inf checks in parallel (serial when null)
 };
 
 // A source and config without weights or tokenizer, for tools that only inspect.

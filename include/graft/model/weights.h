@@ -12,6 +12,7 @@
 #include "graft/compute/weight.h"
 #include "graft/core/affine_quant.h"
 #include "graft/core/tensor.h"
+#include "graft/core/thread_pool.h"
 #include "graft/io/tensor_source.h"
 #include "graft/model/config.h"
 #include "graft/model/family.h"
@@ -85,6 +86,7 @@ struct WeightLoadOptions {
   std::optional<QuantSpec> quantize;
   // Copy matrices out of the file mapping into the process's own memory (--no-mmap).
   bool copy_weights = false;
+  ThreadPool* pool = nullptr;  // checks large tensors for NaN / inf in parallel (serial when null)
 };
 
 // Reads and validates every tensor the config calls for: presence, dtype, shape. All problems are
