@@ -63,7 +63,7 @@ void add_model_options(CLI::App& app, ModelArgs& a, const std::string& ctx_help)
   app.add_option("--q-group-size", a.q_group_size, "Group size for --q-bits: 32 | 64 | 128")
       ->check(one_of({32, 64, 128}))
       ->capture_default_str();
-  app.add_option("-t,--threads", a.threads, "Worker threads (0 = all cores)")
+  app.add_option("-t,--threads", a.threads, "Threads for the prompt and generation (0 = all cores; loading uses every core)")
       ->check(number_in(0, 4096))
       ->capture_default_str();
   app.add_option("-c,--ctx-size", a.ctx_size, ctx_help)->check(number_in(0, 1 << 24))->capture_default_str();
