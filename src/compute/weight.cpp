@@ -109,17 +109,16 @@ struct ManyInput {
 
 void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const MatmulTarget> main_targets,
                  std::span<const MatmulTarget> first, const std::function<void()>& after_first) {
-  auto rows_of = [&](const MatmulTarget& t) { return t.x && t.m >= 0 ? t.m : m; };
   if (first.empty() && main_targets.size() == 1) {
     const MatmulTarget& t = main_targets[0];
-    return matmul(pool, t.x ? t.x : x, rows_of(t), *t.w, t.y, false, t.epilogue);
+    return matmul(pool, t.input(x), t.rows(m), *t.w, t.y, false, t.epilogue);
   }
   std::vector<MatmulTarget> targets;  // those with rows: the first, then the main
   for (const MatmulTarget& t : first)
-    if (rows_of(t) > 0) targets.push_back(t);
+    if (t.rows(m) > 0) targets.push_back(t);
   const size_t n_first = targets.size();
   for (const MatmulTarget& t : main_targets)
-    if (rows_of(t) > 0) targets.push_back(t);
+    if (t.rows(m) > 0) targets.push_back(t);
   if (targets.empty()) return;
   // Each target's input and preparation, and its first column in the concatenated column space
   // (the main targets from a multiple of 16, so no unit holds columns of both kinds).
@@ -130,8 +129,8 @@ void matmul_many(ThreadPool& pool, const float* x, int64_t m, std::span<const Ma
   std::vector<int64_t> start(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) {
     const Weight& w = *targets[i].w;
-    const float* xi = targets[i].x ? targets[i].x : x;
-    const int64_t mi = rows_of(targets[i]);
+    const float* xi = targets[i].input(x);
+    const int64_t mi = targets[i].rows(m);
     size_t at = 0;
     while (at < inputs.size() && (inputs[at].x != xi || inputs[at].m != mi)) ++at;
     if (at == inputs.size()) {

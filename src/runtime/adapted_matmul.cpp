@@ -19,7 +19,8 @@ void matmul_adapted(ThreadPool& pool, const float* x, int64_t m, std::span<const
     const bool has_bias = t.bias && t.bias->data;
     bool any_dora = false;
     for (const TermUp& u : t.ups) any_dora = any_dora || u.term->dora;
-    const int64_t rows = t.x && t.m >= 0 ? t.m : m;  // (matmul_many's rule for the kernel's rows)
+    mm[i] = {t.w, t.y, nullptr, t.x, t.m};
+    const int64_t rows = mm[i].rows(m);
     epilogues[i] = [&t, rows, has_bias, any_dora](int64_t j0, int64_t j1) {
       const int64_t out = t.w->rows;
       auto add_bias = [&] {
@@ -35,7 +36,7 @@ void matmul_adapted(ThreadPool& pool, const float* x, int64_t m, std::span<const
       }
       if (has_bias && any_dora) add_bias();
     };
-    mm[i] = {t.w, t.y, (has_bias || !t.ups.empty()) ? &epilogues[i] : nullptr, t.x, t.m};
+    if (has_bias || !t.ups.empty()) mm[i].epilogue = &epilogues[i];
   }
   if (parts.empty())
     compute::matmul_many(pool, x, m, mm);

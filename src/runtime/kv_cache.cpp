@@ -65,7 +65,7 @@ template <class T>
 std::vector<T> KVCache::regrown(const std::vector<T>& plane, int64_t grown) const {
   std::vector<T> out(static_cast<size_t>(grown * kv_dim_));
   const int64_t run = allocated_ * head_dim_;
-  for (int64_t h = 0; h < kv_dim_ / head_dim_ && run > 0; ++h)
+  for (int64_t h = 0; h < kv_heads() && run > 0; ++h)
     std::copy_n(plane.begin() + h * run, run, out.begin() + h * grown * head_dim_);
   return out;
 }
@@ -86,7 +86,7 @@ void KVCache::copy_prefix(const KVCache& from, int64_t n) {
   // Head by head: the two caches' allocations differ, so do their heads' places.
   auto copy = [&](const auto& src, auto& dst) {
     for (size_t l = 0; l < src.size(); ++l)
-      for (int64_t h = 0; h < kv_dim_ / head_dim_; ++h)
+      for (int64_t h = 0; h < kv_heads(); ++h)
         std::copy_n(src[l].begin() + static_cast<std::ptrdiff_t>(from.at(h, 0)), n * head_dim_,
                     dst[l].begin() + static_cast<std::ptrdiff_t>(at(h, 0)));
   };
@@ -98,7 +98,7 @@ void KVCache::copy_prefix(const KVCache& from, int64_t n) {
 }
 
 void KVCache::store(int64_t layer, int64_t pos, const float* key, const float* value) {
-  for (int64_t h = 0; h < kv_dim_ / head_dim_; ++h) {
+  for (int64_t h = 0; h < kv_heads(); ++h) {
     const float* k = key + h * head_dim_;
     const float* v = value + h * head_dim_;
     if (dtype_ == DType::F32) {

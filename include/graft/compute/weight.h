@@ -120,6 +120,9 @@ struct MatmulTarget {
   const compute::ColumnEpilogue* epilogue = nullptr;
   const float* x = nullptr;  // null: matmul_many's x (and its m rows)
   int64_t m = -1;            // with x: its rows (-1: matmul_many's m)
+  // What this target multiplies: its own rows where it has them, else the call's x and m.
+  const float* input(const float* call_x) const { return x ? x : call_x; }
+  int64_t rows(int64_t call_m) const { return x && m >= 0 ? m : call_m; }
 };
 // `first` targets (no epilogues) are all computed before any epilogue of `targets`, and then
 // after_first runs once: a pass the targets' epilogues depend on (an adapter's x·Aᵀ before the

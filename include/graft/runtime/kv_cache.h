@@ -60,6 +60,7 @@ class KVCache {
   float value_at(int64_t layer, int64_t pos, int64_t i) const;
 
   int64_t head_dim() const { return head_dim_; }
+  int64_t kv_heads() const { return kv_dim_ / head_dim_; }
   // Key/value head `head` of a layer from position `pos` on, head_dim() elements a position, the
   // positions contiguous: F32 caches only...
   const float* key_f32(int64_t layer, int64_t head, int64_t pos) const { return &kf_[layer][at(head, pos)]; }
