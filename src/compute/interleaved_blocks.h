@@ -141,18 +141,24 @@ void deinterleave_affine_row(const InterleavedBlocks& w, int64_t j, uint32_t* pa
 namespace detail {
 // An empty copy of `kind` for [n, k] with its sizes set and zeroed, 64-byte aligned storage.
 std::shared_ptr<InterleavedBlocks> allocate_interleaved(InterleavedKind kind, int64_t n, int64_t k, int param_shift);
-// Calls row(g, r) for every weight row 16g + r < n of a copy being made, the groups split over the
-// pool (the mapping starts zeroed: rows past n keep zero codes, scales and biases).
-template <class Row>
-void fill_rows(const InterleavedBlocks& b, ThreadPool* pool, Row&& row) {
+// Calls group(g) for every group of 16 rows of a copy being made, split over the pool.
+template <class Group>
+void fill_groups(const InterleavedBlocks& b, ThreadPool* pool, Group&& group) {
   auto groups = [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g)
-      for (int64_t r = 0; r < kInterleavedRows && g * kInterleavedRows + r < b.n; ++r) row(g, r);
+    for (int64_t g = g0; g < g1; ++g) group(g);
   };
   if (pool && b.groups() > 1)
     pool->parallel_for(b.groups(), groups);
   else
     groups(0, b.groups());
+}
+// Calls row(g, r) for every weight row 16g + r < n of a copy being made, the groups split over the
+// pool (the mapping starts zeroed: rows past n keep zero codes, scales and biases).
+template <class Row>
+void fill_rows(const InterleavedBlocks& b, ThreadPool* pool, Row&& row) {
+  fill_groups(b, pool, [&](int64_t g) {
+    for (int64_t r = 0; r < kInterleavedRows && g * kInterleavedRows + r < b.n; ++r) row(g, r);
+  });
 }
 }  // namespace detail
 
