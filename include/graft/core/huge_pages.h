@@ -1,7 +1,8 @@
 // Anonymous memory for the matrices decode streams (the interleaved copies, --no-mmap copies): on
 // 2 MiB transparent huge pages where the kernel allows (MADV_HUGEPAGE, which the common
-// `enabled=madvise` setting requires), each page zeroed by the kernel where it is first written. A decode step reads every weight byte once;
-// on 4 KiB pages that is a TLB miss every 4 KiB and a hardware prefetcher that stops at each page.
+// `enabled=madvise` setting requires), each page zeroed by the kernel where it is first written. A
+// decode step reads every weight byte once; on 4 KiB pages that is a TLB miss every 4 KiB and a
+// hardware prefetcher that stops at each page.
 #pragma once
 #include <cstddef>
 #include <cstdint>
