@@ -39,16 +39,10 @@ constexpr int64_t kQ4KBytes = 144;         // f16 d, f16 dmin, 12 bytes of 6-bit
 constexpr int64_t kQ5KBytes = 176;         // Q5_K: the same, with qh[32] before qs
 constexpr int64_t kQ6KBytes = 210;         // ql[128], qh[64], scales[16], f16 d
 
-uint32_t load_u32(const uint8_t* p) {  // four bytes, little-endian as the file stores them
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // Words t = 0..3 of a block's codes, word t at dst + 64t: byte e of word t holds column 4t + e in
 // its low nibble and 16 + 4t + e in its high one, taken from the 4-bit field at `shift` (0 or 4) of
-// q[0..31]. All four at once in one SSE2 vector, not a 32-bit word at a time (the MoE Q4_K_M file
-// loaded 3 % faster: the copy is bound by its memory traffic more than by these instructions).
+// q[0..31], all four in one SSE2 vector: the Q5_K copy's, one row at a time (the Q4_K and Q6_K
+// copies go four rows at a time, store_code_words4).
 void store_nibble_words(const uint8_t* q, int shift, uint8_t* dst) {
   const __m128i low = _mm_set1_epi8(0x0f);
   __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
@@ -138,6 +132,29 @@ void store_code_words4(const uint8_t* const q[4], uint8_t* even, uint8_t* odd) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(even + 64 * i), _mm256_castsi256_si128(t[i]));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(odd + 64 * i), _mm256_extracti128_si256(t[i], 1));
   }
+}
+
+// Quarter u of a Q6_K half for four rows (qh[i]: row i's qh[32h .. 32h + 31]): each row's two high
+// words (word 4 + part, byte e, bits 2t, 2t + 1 = bits 2u, 2u + 1 of qh[16·part + 4t + e]), the four
+// rows' side by side, one 16-byte store each at dst + 256 and dst + 320.
+void store_high_words4(const uint8_t* const qh[4], int u, uint8_t* dst) {
+  const __m256i pair = _mm256_set1_epi8(0x03), steps = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  const __m128i count = _mm_cvtsi32_si128(2 * u);
+  __m256i x[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh[i]));
+    // (the 16-bit shift's carries from the next byte land above bit 1: the mask drops them;
+    // then each byte's pair moves up 2t within its own byte)
+    __m256i m = _mm256_sllv_epi32(_mm256_and_si256(_mm256_srl_epi16(v, count), pair), steps);
+    m = _mm256_or_si256(m, _mm256_shuffle_epi32(m, 0x4e));
+    x[i] = _mm256_or_si256(m, _mm256_shuffle_epi32(m, 0xb1));  // every word of a half: its OR
+  }
+  // Row i's words from x[i]'s dword i of each half.
+  __m256i w = _mm256_blend_epi32(x[0], x[1], 0x22);
+  w = _mm256_blend_epi32(w, x[2], 0x44);
+  w = _mm256_blend_epi32(w, x[3], 0x88);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 256), _mm256_castsi256_si128(w));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 320), _mm256_extracti128_si256(w, 1));
 }
 }  // namespace
 
@@ -231,32 +248,52 @@ std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, Thread
   });
 }
 
+// A group at a time, as interleave_q4_k: per super-block the scales and d row by row, the code
+// words four rows at a time (store_code_words4: ql's low nibbles for quarter v of a half, its high
+// ones for quarter v + 2; store_high_words4: qh's bit pairs).
 std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, ThreadPool* pool) {
-  return interleave_super_blocks(w, pool, DType::Q6_K, InterleavedKind::Q6_K, kQ6KBytes,
-                                 [](InterleavedBlocks& b, int64_t g, int64_t r, int64_t sb, const uint8_t* p) {
-    const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
-    const_cast<float*>(b.q6k_d(g, sb * 8))[r] = gguf_f16_at(p + 208);
-    for (int s = 0; s < 8; ++s) {
-      const int64_t blk = sb * 8 + s;
-      auto* scales = const_cast<int8_t*>(b.q6k_scales(g, blk));
-      scales[r] = sc[2 * s];
-      scales[kRows + r] = sc[2 * s + 1];
-      // Block s is columns 32s .. 32s + 31 of the super-block: h = s / 4, quarter u = s % 4; column
-      // 32s + c's low nibble is nibble u / 2 of ql[64h + 32(u % 2) + c], its high pair bits 2u, 2u + 1
-      // of qh[32h + c]. High word 4 + part, byte e, bits 2t, 2t + 1: column 16·part + 4t + e.
-      const int h = s / 4, u = s % 4;
-      const uint8_t* qh = p + 128 + 32 * h;
-      uint8_t* dst = const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4;
-      store_nibble_words(p + 64 * h + 32 * (u % 2), 4 * (u / 2), dst);
-      uint32_t high[2] = {0, 0};
-      for (int t = 0; t < 4; ++t) {
-        for (int part = 0; part < 2; ++part)
-          high[part] |= ((load_u32(qh + 16 * part + 4 * t) >> (2 * u)) & 0x03030303u) << (2 * t);
+  auto out = empty_copy(w, DType::Q6_K, InterleavedKind::Q6_K);
+  InterleavedBlocks& b = *out;
+  const int64_t supers = b.k / kSuper, row_bytes = supers * kQ6KBytes;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  static const uint8_t kZero[kQ6KBytes] = {};
+  detail::fill_groups(b, pool, [&](int64_t g) {
+    const int64_t rows = std::min(kRows, b.n - g * kRows);
+    auto* codes = const_cast<uint8_t*>(b.codes(g));
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      const uint8_t* p[kRows];
+      for (int64_t r = 0; r < kRows; ++r) p[r] = r < rows ? src + (g * kRows + r) * row_bytes + sb * kQ6KBytes : kZero;
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto* sc = reinterpret_cast<const int8_t*>(p[r] + 192);
+        const_cast<float*>(b.q6k_d(g, sb * 8))[r] = gguf_f16_at(p[r] + 208);
+        for (int s = 0; s < 8; ++s) {
+          auto* scales = const_cast<int8_t*>(b.q6k_scales(g, sb * 8 + s));
+          scales[r] = sc[2 * s];
+          scales[kRows + r] = sc[2 * s + 1];
+        }
       }
-      std::memcpy(dst + 256, &high[0], 4);
-      std::memcpy(dst + 320, &high[1], 4);
+      // Block s is columns 32s .. 32s + 31 of the super-block: h = s / 4, quarter u = s % 4; column
+      // 32s + c's high pair is bits 2u, 2u + 1 of qh[32h + c].
+      for (int s = 0; s < 8; ++s)
+        for (int r0 = 0; r0 < kRows; r0 += 4) {
+          const int64_t at = 128 + 32 * (s / 4);
+          const uint8_t* qh[4] = {p[r0] + at, p[r0 + 1] + at, p[r0 + 2] + at, p[r0 + 3] + at};
+          store_high_words4(qh, s % 4, codes + (sb * 8 + s) * b.code_bytes + r0 * 4);
+        }
+      // Column 32s + c's low nibble is nibble u / 2 of ql[64h + 32(u % 2) + c]: blocks 4h + v and
+      // 4h + v + 2 (v = u % 2) read the same 32 bytes, low and high nibbles.
+      for (int h = 0; h < 2; ++h)
+        for (int v = 0; v < 2; ++v) {
+          uint8_t* first = codes + (sb * 8 + 4 * h + v) * b.code_bytes;
+          for (int r0 = 0; r0 < kRows; r0 += 4) {
+            const int64_t at = 64 * h + 32 * v;
+            const uint8_t* q[4] = {p[r0] + at, p[r0 + 1] + at, p[r0 + 2] + at, p[r0 + 3] + at};
+            store_code_words4(q, first + r0 * 4, first + 2 * b.code_bytes + r0 * 4);
+          }
+        }
     }
   });
+  return out;
 }
 
 void deinterleave_q6_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
