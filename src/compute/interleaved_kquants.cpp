@@ -82,6 +82,28 @@ std::shared_ptr<const InterleavedBlocks> interleave_super_blocks(const Tensor& w
   return out;
 }
 
+// The driver of the group-at-a-time copies: an empty copy of `kind`, then super(b, g, sb, p, rows)
+// for super-block sb of group g, p[r] its bytes in row 16g + r (rows = the group's rows below n; p
+// of the rows past them: a zero super-block, whose codes are the zeros the copy starts with).
+template <int64_t SuperBytes, class Super>
+std::shared_ptr<const InterleavedBlocks> interleave_super_block_groups(const Tensor& w, ThreadPool* pool, DType dtype,
+                                                                       InterleavedKind kind, Super&& super) {
+  auto out = empty_copy(w, dtype, kind);
+  InterleavedBlocks& b = *out;
+  const int64_t supers = b.k / kSuper, row_bytes = supers * SuperBytes;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  static const uint8_t kZero[SuperBytes] = {};
+  detail::fill_groups(b, pool, [&](int64_t g) {
+    const int64_t rows = std::min(kRows, b.n - g * kRows);
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      const uint8_t* p[kRows];
+      for (int64_t r = 0; r < kRows; ++r) p[r] = r < rows ? src + (g * kRows + r) * row_bytes + sb * SuperBytes : kZero;
+      super(b, g, sb, p, rows);
+    }
+  });
+  return out;
+}
+
 // The driver read back: checks the copy is of `kind` (the copy of a `dtype` matrix), zeroes row j's
 // GGUF bytes and calls super(g, r, sb, p) for each super-block sb (bytes p) of it.
 template <class Super>
@@ -159,42 +181,32 @@ void store_high_words4(const uint8_t* const qh[4], int u, uint8_t* dst) {
 }  // namespace
 
 // A group at a time: each super-block's d, −dmin, scales and mins row by row, its codes four rows at
-// a time (store_code_words4). Rows past n read a zero super-block: zero codes, as the copy starts.
+// a time (store_code_words4).
 std::shared_ptr<const InterleavedBlocks> interleave_q4_k(const Tensor& w, ThreadPool* pool) {
-  auto out = empty_copy(w, DType::Q4_K, InterleavedKind::Q4_K);
-  InterleavedBlocks& b = *out;
-  const int64_t supers = b.k / kSuper, row_bytes = supers * kQ4KBytes;
-  const auto* src = static_cast<const uint8_t*>(w.data);
-  static const uint8_t kZero[kQ4KBytes] = {};
-  detail::fill_groups(b, pool, [&](int64_t g) {
-    const int64_t rows = std::min(kRows, b.n - g * kRows);
-    auto* codes = const_cast<uint8_t*>(b.codes(g));
-    for (int64_t sb = 0; sb < supers; ++sb) {
-      const uint8_t* p[kRows];
-      for (int64_t r = 0; r < kRows; ++r) p[r] = r < rows ? src + (g * kRows + r) * row_bytes + sb * kQ4KBytes : kZero;
-      auto* d = const_cast<uint16_t*>(b.q4k_d(g, sb * 8));
-      for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(&d[r], p[r], 2);
-        uint16_t dmin;
-        std::memcpy(&dmin, p[r] + 2, 2);
-        d[kRows + r] = static_cast<uint16_t>(dmin ^ 0x8000u);  // −dmin: the f16 sign bit flipped
-        for (int s = 0; s < 8; ++s) {
-          auto* sm = const_cast<uint8_t*>(b.q4k_scales(g, sb * 8 + s));
-          q4k_scale_min(p[r] + 4, s, &sm[r], &sm[kRows + r]);
-        }
+  return interleave_super_block_groups<kQ4KBytes>(w, pool, DType::Q4_K, InterleavedKind::Q4_K,
+                                                  [](InterleavedBlocks& b, int64_t g, int64_t sb,
+                                                     const uint8_t* const* p, int64_t rows) {
+    auto* d = const_cast<uint16_t*>(b.q4k_d(g, sb * 8));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(&d[r], p[r], 2);
+      uint16_t dmin;
+      std::memcpy(&dmin, p[r] + 2, 2);
+      d[kRows + r] = static_cast<uint16_t>(dmin ^ 0x8000u);  // −dmin: the f16 sign bit flipped
+      for (int s = 0; s < 8; ++s) {
+        auto* sm = const_cast<uint8_t*>(b.q4k_scales(g, sb * 8 + s));
+        q4k_scale_min(p[r] + 4, s, &sm[r], &sm[kRows + r]);
       }
-      // Sub-block s's nibble of column c: qs[32(s/2) + c], low for even s.
-      for (int u = 0; u < 4; ++u) {
-        uint8_t* even = codes + (sb * 8 + 2 * u) * b.code_bytes;
-        for (int r0 = 0; r0 < kRows; r0 += 4) {
-          const uint8_t* q[4] = {p[r0] + 16 + 32 * u, p[r0 + 1] + 16 + 32 * u, p[r0 + 2] + 16 + 32 * u,
-                                 p[r0 + 3] + 16 + 32 * u};
-          store_code_words4(q, even + r0 * 4, even + b.code_bytes + r0 * 4);
-        }
+    }
+    // Sub-block s's nibble of column c: qs[32(s/2) + c], low for even s.
+    for (int u = 0; u < 4; ++u) {
+      uint8_t* even = const_cast<uint8_t*>(b.codes(g)) + (sb * 8 + 2 * u) * b.code_bytes;
+      for (int r0 = 0; r0 < kRows; r0 += 4) {
+        const uint8_t* q[4] = {p[r0] + 16 + 32 * u, p[r0 + 1] + 16 + 32 * u, p[r0 + 2] + 16 + 32 * u,
+                               p[r0 + 3] + 16 + 32 * u};
+        store_code_words4(q, even + r0 * 4, even + b.code_bytes + r0 * 4);
       }
     }
   });
-  return out;
 }
 
 void deinterleave_q4_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
@@ -252,48 +264,39 @@ std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, Thread
 // words four rows at a time (store_code_words4: ql's low nibbles for quarter v of a half, its high
 // ones for quarter v + 2; store_high_words4: qh's bit pairs).
 std::shared_ptr<const InterleavedBlocks> interleave_q6_k(const Tensor& w, ThreadPool* pool) {
-  auto out = empty_copy(w, DType::Q6_K, InterleavedKind::Q6_K);
-  InterleavedBlocks& b = *out;
-  const int64_t supers = b.k / kSuper, row_bytes = supers * kQ6KBytes;
-  const auto* src = static_cast<const uint8_t*>(w.data);
-  static const uint8_t kZero[kQ6KBytes] = {};
-  detail::fill_groups(b, pool, [&](int64_t g) {
-    const int64_t rows = std::min(kRows, b.n - g * kRows);
-    auto* codes = const_cast<uint8_t*>(b.codes(g));
-    for (int64_t sb = 0; sb < supers; ++sb) {
-      const uint8_t* p[kRows];
-      for (int64_t r = 0; r < kRows; ++r) p[r] = r < rows ? src + (g * kRows + r) * row_bytes + sb * kQ6KBytes : kZero;
-      for (int64_t r = 0; r < rows; ++r) {
-        const auto* sc = reinterpret_cast<const int8_t*>(p[r] + 192);
-        const_cast<float*>(b.q6k_d(g, sb * 8))[r] = gguf_f16_at(p[r] + 208);
-        for (int s = 0; s < 8; ++s) {
-          auto* scales = const_cast<int8_t*>(b.q6k_scales(g, sb * 8 + s));
-          scales[r] = sc[2 * s];
-          scales[kRows + r] = sc[2 * s + 1];
+  return interleave_super_block_groups<kQ6KBytes>(w, pool, DType::Q6_K, InterleavedKind::Q6_K,
+                                                  [](InterleavedBlocks& b, int64_t g, int64_t sb,
+                                                     const uint8_t* const* p, int64_t rows) {
+    uint8_t* codes = const_cast<uint8_t*>(b.codes(g));
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* sc = reinterpret_cast<const int8_t*>(p[r] + 192);
+      const_cast<float*>(b.q6k_d(g, sb * 8))[r] = gguf_f16_at(p[r] + 208);
+      for (int s = 0; s < 8; ++s) {
+        auto* scales = const_cast<int8_t*>(b.q6k_scales(g, sb * 8 + s));
+        scales[r] = sc[2 * s];
+        scales[kRows + r] = sc[2 * s + 1];
+      }
+    }
+    // Block s is columns 32s .. 32s + 31 of the super-block: h = s / 4, quarter u = s % 4; column
+    // 32s + c's high pair is bits 2u, 2u + 1 of qh[32h + c].
+    for (int s = 0; s < 8; ++s)
+      for (int r0 = 0; r0 < kRows; r0 += 4) {
+        const int64_t at = 128 + 32 * (s / 4);
+        const uint8_t* qh[4] = {p[r0] + at, p[r0 + 1] + at, p[r0 + 2] + at, p[r0 + 3] + at};
+        store_high_words4(qh, s % 4, codes + (sb * 8 + s) * b.code_bytes + r0 * 4);
+      }
+    // Column 32s + c's low nibble is nibble u / 2 of ql[64h + 32(u % 2) + c]: blocks 4h + v and
+    // 4h + v + 2 (v = u % 2) read the same 32 bytes, low and high nibbles.
+    for (int h = 0; h < 2; ++h)
+      for (int v = 0; v < 2; ++v) {
+        uint8_t* first = codes + (sb * 8 + 4 * h + v) * b.code_bytes;
+        for (int r0 = 0; r0 < kRows; r0 += 4) {
+          const int64_t at = 64 * h + 32 * v;
+          const uint8_t* q[4] = {p[r0] + at, p[r0 + 1] + at, p[r0 + 2] + at, p[r0 + 3] + at};
+          store_code_words4(q, first + r0 * 4, first + 2 * b.code_bytes + r0 * 4);
         }
       }
-      // Block s is columns 32s .. 32s + 31 of the super-block: h = s / 4, quarter u = s % 4; column
-      // 32s + c's high pair is bits 2u, 2u + 1 of qh[32h + c].
-      for (int s = 0; s < 8; ++s)
-        for (int r0 = 0; r0 < kRows; r0 += 4) {
-          const int64_t at = 128 + 32 * (s / 4);
-          const uint8_t* qh[4] = {p[r0] + at, p[r0 + 1] + at, p[r0 + 2] + at, p[r0 + 3] + at};
-          store_high_words4(qh, s % 4, codes + (sb * 8 + s) * b.code_bytes + r0 * 4);
-        }
-      // Column 32s + c's low nibble is nibble u / 2 of ql[64h + 32(u % 2) + c]: blocks 4h + v and
-      // 4h + v + 2 (v = u % 2) read the same 32 bytes, low and high nibbles.
-      for (int h = 0; h < 2; ++h)
-        for (int v = 0; v < 2; ++v) {
-          uint8_t* first = codes + (sb * 8 + 4 * h + v) * b.code_bytes;
-          for (int r0 = 0; r0 < kRows; r0 += 4) {
-            const int64_t at = 64 * h + 32 * v;
-            const uint8_t* q[4] = {p[r0] + at, p[r0 + 1] + at, p[r0 + 2] + at, p[r0 + 3] + at};
-            store_code_words4(q, first + r0 * 4, first + 2 * b.code_bytes + r0 * 4);
-          }
-        }
-    }
   });
-  return out;
 }
 
 void deinterleave_q6_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) {
