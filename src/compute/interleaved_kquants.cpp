@@ -1,6 +1,7 @@
 // GGUF k-quant matrices (Q4_K, Q5_K, Q6_K) copied into the interleaved layout of
-// interleaved_blocks.h, and (Q4_K, Q6_K) read back. One driver (interleave_super_blocks) walks every
-// 256-column super-block of every row; each format says only how one super-block lands in the copy.
+// interleaved_blocks.h, and (Q4_K, Q6_K) read back. One driver (interleave_super_block_groups) walks
+// every 256-column super-block of every group of 16 rows; each format says only how one super-block
+// of the group's rows lands in the copy.
 //
 // Q4_K (kind Q4_K: nibble words as Q4_1's, the 6-bit scales and mins as bytes, f16 d and −dmin per
 // super-block). Why this is exact: a Q4_K super-block dequantizes sub-block s (columns 32s ..
@@ -57,38 +58,17 @@ void store_nibble_words(const uint8_t* q, int shift, uint8_t* dst) {
   for (int t = 0; t < 4; ++t) std::memcpy(dst + t * 64, &words[t], 4);
 }
 
-// Checks w is a [n, k] `dtype` matrix with k a multiple of 256 and makes an empty copy of `kind`.
-std::shared_ptr<InterleavedBlocks> empty_copy(const Tensor& w, DType dtype, InterleavedKind kind) {
-  if (w.dtype != dtype || w.shape.size() != 2 || w.shape[1] % kSuper != 0)
-    fail_as(ErrorKind::kInternal, "interleave: a [n, k] ", dtype_name(dtype), " weight with k a multiple of 256, got ",
-            dtype_name(w.dtype), " ", shape_str(w.shape));
-  return detail::allocate_interleaved(kind, w.shape[0], w.shape[1], 0);
-}
-
-// The one driver of the row-by-row copies: an empty copy of `kind`, then super(b, g, r, sb, p) for
-// super-block sb (bytes p) of row 16g + r, the groups of rows split over the pool.
-template <class Super>
-std::shared_ptr<const InterleavedBlocks> interleave_super_blocks(const Tensor& w, ThreadPool* pool, DType dtype,
-                                                                 InterleavedKind kind, int64_t super_bytes,
-                                                                 Super&& super) {
-  auto out = empty_copy(w, dtype, kind);
-  InterleavedBlocks& b = *out;
-  const int64_t supers = b.k / kSuper, row_bytes = supers * super_bytes;
-  const auto* src = static_cast<const uint8_t*>(w.data);
-  detail::fill_rows(b, pool, [&](int64_t g, int64_t r) {
-    const uint8_t* row = src + (g * kRows + r) * row_bytes;
-    for (int64_t sb = 0; sb < supers; ++sb) super(b, g, r, sb, row + sb * super_bytes);
-  });
-  return out;
-}
-
-// The driver of the group-at-a-time copies: an empty copy of `kind`, then super(b, g, sb, p, rows)
-// for super-block sb of group g, p[r] its bytes in row 16g + r (rows = the group's rows below n; p
-// of the rows past them: a zero super-block, whose codes are the zeros the copy starts with).
+// The one driver of the copies: checks w is a [n, k] `dtype` matrix with k a multiple of 256, makes
+// an empty copy of `kind` and calls super(b, g, sb, p, rows) for super-block sb of each group g,
+// p[r] its bytes in row 16g + r (rows = the group's rows below n; p of the rows past them: a zero
+// super-block, whose codes are the zeros the copy starts with), the groups split over the pool.
 template <int64_t SuperBytes, class Super>
 std::shared_ptr<const InterleavedBlocks> interleave_super_block_groups(const Tensor& w, ThreadPool* pool, DType dtype,
                                                                        InterleavedKind kind, Super&& super) {
-  auto out = empty_copy(w, dtype, kind);
+  if (w.dtype != dtype || w.shape.size() != 2 || w.shape[1] % kSuper != 0)
+    fail_as(ErrorKind::kInternal, "interleave: a [n, k] ", dtype_name(dtype), " weight with k a multiple of 256, got ",
+            dtype_name(w.dtype), " ", shape_str(w.shape));
+  auto out = detail::allocate_interleaved(kind, w.shape[0], w.shape[1], 0);
   InterleavedBlocks& b = *out;
   const int64_t supers = b.k / kSuper, row_bytes = supers * SuperBytes;
   const auto* src = static_cast<const uint8_t*>(w.data);
@@ -133,8 +113,8 @@ namespace {
 // Sub-blocks 2u and 2u + 1 of a super-block for four rows (q[i]: row i's qs[32u .. 32u + 31]): each
 // row's code words as store_nibble_words makes them (low nibbles for 2u, high for 2u + 1), then the
 // four rows' word t side by side, one 16-byte store into line t of each block (at even + 64t and
-// odd + 64t) where the row-by-row copy made four 4-byte stores: the Q4_K copy ran at 1.4 GB/s a
-// thread, bound by its instructions, not by memory.
+// odd + 64t) where the former row-by-row copy made four 4-byte stores: its Q4_K copy ran at
+// 1.4 GB/s a thread, bound by its instructions, not by memory.
 void store_code_words4(const uint8_t* const q[4], uint8_t* even, uint8_t* odd) {
   const __m256i low = _mm256_set1_epi8(0x0f);
   __m256i w[4];
@@ -241,21 +221,25 @@ void deinterleave_q4_k_row(const InterleavedBlocks& b, int64_t j, uint8_t* row) 
 }
 
 std::shared_ptr<const InterleavedBlocks> interleave_q5_k(const Tensor& w, ThreadPool* pool) {
-  return interleave_super_blocks(w, pool, DType::Q5_K, InterleavedKind::Affine5, kQ5KBytes,
-                                 [](InterleavedBlocks& b, int64_t g, int64_t r, int64_t sb, const uint8_t* p) {
+  return interleave_super_block_groups<kQ5KBytes>(w, pool, DType::Q5_K, InterleavedKind::Affine5,
+                                                  [](InterleavedBlocks& b, int64_t g, int64_t sb,
+                                                     const uint8_t* const* rows_p, int64_t rows) {
     auto* params = const_cast<float*>(b.params(g));
-    const float d = gguf_f16_at(p), dmin = gguf_f16_at(p + 2);
-    const uint8_t* qh = p + 16;
-    for (int s = 0; s < 8; ++s) {
-      const int64_t blk = sb * 8 + s;
-      uint8_t sc, m;
-      q4k_scale_min(p + 4, s, &sc, &m);
-      params[blk * 32 + r] = d * static_cast<float>(sc);
-      params[blk * 32 + kRows + r] = -(dmin * static_cast<float>(m));
-      uint8_t* dst = const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4;
-      store_nibble_words(p + 48 + 32 * (s / 2), 4 * (s % 2), dst);
-      // The word of fifth bits: byte e, bit t = the fifth bit of column 4t + e.
-      for (int c = 0; c < 32; ++c) dst[256 + c % 4] |= static_cast<uint8_t>(((qh[c] >> s) & 1) << (c / 4));
+    for (int64_t r = 0; r < rows; ++r) {  // row by row
+      const uint8_t* p = rows_p[r];
+      const float d = gguf_f16_at(p), dmin = gguf_f16_at(p + 2);
+      const uint8_t* qh = p + 16;
+      for (int s = 0; s < 8; ++s) {
+        const int64_t blk = sb * 8 + s;
+        uint8_t sc, m;
+        q4k_scale_min(p + 4, s, &sc, &m);
+        params[blk * 32 + r] = d * static_cast<float>(sc);
+        params[blk * 32 + kRows + r] = -(dmin * static_cast<float>(m));
+        uint8_t* dst = const_cast<uint8_t*>(b.codes(g)) + blk * b.code_bytes + r * 4;
+        store_nibble_words(p + 48 + 32 * (s / 2), 4 * (s % 2), dst);
+        // The word of fifth bits: byte e, bit t = the fifth bit of column 4t + e.
+        for (int c = 0; c < 32; ++c) dst[256 + c % 4] |= static_cast<uint8_t>(((qh[c] >> s) & 1) << (c / 4));
+      }
     }
   });
 }
